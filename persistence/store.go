@@ -1,0 +1,134 @@
+// Package persistence is the seam between timeoutmill and the storage of delayed messages: the
+// Store interface (the NServiceBus IDelayedMessageStore, in Go), the Timeout it keeps, and the
+// errors backends return. Backends live in sub-packages (memory, sqlite, ...) and all pass the one
+// conformance suite in persistence/storetest.
+//
+// Users pick a backend and hand it to timeouts.Config; only backend authors need more of this
+// package than that.
+package persistence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Timeout is a delayed message kept until it is due.
+type Timeout struct {
+	// ID identifies the timeout: the UUID of the message that scheduled it. Stores keep it as a
+	// string of at most MaxIDLength bytes.
+	ID string
+	// Destination is the topic or queue the message is delivered to when due.
+	Destination string
+	// Due is when the message may be delivered. Stores keep at least microsecond precision.
+	Due time.Time
+	// Owner optionally groups timeouts (a saga or order id) for CancelByOwner. Empty for none.
+	Owner string
+	// Payload and Metadata are the message's body and headers, kept byte for byte.
+	Payload  []byte
+	Metadata map[string]string
+	// FailureCount counts failed attempts to forward the message to its destination.
+	FailureCount int
+}
+
+// MaxIDLength bounds Timeout.ID (the SQL Server store's Id is nvarchar(250)).
+const MaxIDLength = 250
+
+// Errors backends return; callers test them with errors.Is.
+var (
+	// ErrNotFound: no timeout with that id is stored (it was dispatched, removed or cancelled).
+	ErrNotFound = errors.New("persistence: timeout not found")
+	// ErrInvalidTimeout: the timeout cannot be stored (empty id or destination, id too long).
+	ErrInvalidTimeout = errors.New("persistence: invalid timeout")
+	// ErrUnsupported: the backend cannot do what was asked (for example a transaction mode).
+	ErrUnsupported = errors.New("persistence: unsupported")
+)
+
+// Store keeps delayed messages until they are due. Implementations are safe for concurrent use by
+// many goroutines and, for shared backends, by many processes: a due timeout is handed to one
+// claimer at a time.
+type Store interface {
+	// Store keeps t. It is idempotent by t.ID: when a timeout with that id is already stored it
+	// changes nothing and returns inserted == false, so a redelivered message never makes a
+	// second timeout.
+	Store(ctx context.Context, t Timeout) (inserted bool, err error)
+
+	// Next returns the earliest time at which ClaimDue could return an id: the due time of the
+	// earliest unclaimed timeout, or the end of a claim's lease. ok is false when nothing is stored.
+	Next(ctx context.Context) (next time.Time, ok bool, err error)
+
+	// ClaimDue returns up to limit ids of timeouts due at now (Due <= now) that are not claimed,
+	// or whose claim's lease ran out, earliest first, and claims them until now+lease. Concurrent
+	// callers never get the same id while its lease runs.
+	ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error)
+
+	// Peek returns the timeout with that id, claimed or not, or ErrNotFound.
+	Peek(ctx context.Context, id string) (Timeout, error)
+
+	// Remove deletes the timeout once it was forwarded. It returns false when there was nothing
+	// to remove: the timeout is gone already (a possible duplicate dispatch).
+	Remove(ctx context.Context, id string) (bool, error)
+
+	// IncrementFailureCount records a failed forwarding attempt. It returns false when the
+	// timeout is gone already.
+	IncrementFailureCount(ctx context.Context, id string) (bool, error)
+
+	// Cancel deletes a pending timeout so it is never delivered. It returns false when there was
+	// nothing to cancel.
+	Cancel(ctx context.Context, id string) (bool, error)
+
+	// CancelByOwner deletes every pending timeout of owner and returns how many it deleted.
+	CancelByOwner(ctx context.Context, owner string) (int, error)
+
+	// Close releases the store's resources. Stores opened on a caller's *sql.DB leave it open.
+	Close() error
+}
+
+// Installer is implemented by stores that create their own tables. SetupInfrastructure is
+// idempotent and is called before the store is used (NServiceBus's
+// IDelayedMessageStoreWithInfrastructure).
+type Installer interface {
+	SetupInfrastructure(ctx context.Context) error
+}
+
+// Validate checks what every store requires of a timeout before it is kept.
+func (t Timeout) Validate() error {
+	switch {
+	case t.ID == "":
+		return fmt.Errorf("%w: id is empty", ErrInvalidTimeout)
+	case len(t.ID) > MaxIDLength:
+		return fmt.Errorf("%w: id is longer than %d bytes", ErrInvalidTimeout, MaxIDLength)
+	case t.Destination == "":
+		return fmt.Errorf("%w: destination is empty", ErrInvalidTimeout)
+	case t.Due.IsZero():
+		return fmt.Errorf("%w: due time is zero", ErrInvalidTimeout)
+	}
+	return nil
+}
+
+// Stats summarises what a store holds, for operators.
+type Stats struct {
+	// Pending counts the stored timeouts, claimed or not.
+	Pending int
+	// Earliest is the due time of the earliest stored timeout; zero when Pending is 0.
+	Earliest time.Time
+	// Latest is the due time of the latest stored timeout; zero when Pending is 0.
+	Latest time.Time
+}
+
+// ListOptions selects a page of timeouts for Inspector.List.
+type ListOptions struct {
+	// Limit is the largest number of timeouts returned. Defaults to 100.
+	Limit int
+	// Owner, when set, lists only that owner's timeouts.
+	Owner string
+}
+
+// Inspector is implemented by stores that can describe their contents to operators (the
+// timeoutmill stats and list commands).
+type Inspector interface {
+	Stats(ctx context.Context) (Stats, error)
+	// List returns timeouts earliest due first, without their payloads.
+	List(ctx context.Context, opts ListOptions) ([]Timeout, error)
+}
