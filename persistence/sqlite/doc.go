@@ -1,0 +1,25 @@
+// Package sqlite is the durable embedded persistence.Store: timeouts survive a restart of the
+// process with no server to run, in one SQLite file, through the pure Go driver modernc.org/sqlite
+// (no cgo).
+//
+//	store, err := sqlite.Open(ctx, sqlite.Config{Path: "timeouts.db", Endpoint: "orders"})
+//	if err != nil {
+//		return err
+//	}
+//	defer store.Close()
+//
+// Open creates the file and the table ("orders.timeouts" here) when missing and puts the file in
+// WAL mode. Every write goes through one connection, so goroutines of one process queue in Go
+// rather than fail with SQLITE_BUSY; other processes on the same file wait up to
+// Config.BusyTimeout for SQLite's lock. Each claim is one UPDATE ... RETURNING statement, so two
+// pollers never claim the same timeout while its lease runs.
+//
+// Durability follows Config.Synchronous. With NORMAL, the default, a commit is in the WAL before
+// Store returns, so a crash or kill of the process loses nothing, but the last commits since the
+// WAL was synced may be lost if the machine loses power or its operating system crashes; the
+// database is never corrupted. With FULL every commit is synced to disk before it returns and
+// nothing acknowledged is lost, at the cost of one fsync per Store, Claim and Remove.
+//
+// Timeouts are kept with microsecond due times (rounded up, so nothing is delivered early), their
+// payload and headers byte for byte (headers in persistence.EncodeMetadata's format).
+package sqlite
