@@ -40,9 +40,7 @@ const (
 )
 
 func (c *Config) setDefaults() {
-	if c.Table == "" && c.Endpoint != "" {
-		c.Table = c.Endpoint + ".timeouts"
-	}
+	c.Table = c.table()
 	if c.Synchronous == "" {
 		c.Synchronous = defaultSynchronous
 	}
@@ -51,12 +49,20 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports what is wrong with c once its defaults are set.
+// table is Table, or the default made from Endpoint.
+func (c Config) table() string {
+	if c.Table == "" && c.Endpoint != "" {
+		return c.Endpoint + ".timeouts"
+	}
+	return c.Table
+}
+
+// Validate reports what is wrong with c. Empty fields are valid where they have defaults.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Table == "" {
+	if table := c.table(); table == "" {
 		errs = append(errs, errors.New("Endpoint or Table must be set"))
-	} else if err := validateTable(c.Table); err != nil {
+	} else if err := validateTable(table); err != nil {
 		errs = append(errs, err)
 	}
 	switch strings.ToUpper(c.Synchronous) {
