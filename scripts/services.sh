@@ -1,0 +1,517 @@
+#!/usr/bin/env bash
+# services.sh starts the real servers timeoutmill's tests use (RabbitMQ, PostgreSQL 15, MariaDB),
+# each bound to 127.0.0.1 on a non-default port, from a plain shell as root: no Docker, no systemd.
+# It installs what is missing with apt-get, so a fresh Debian 12 machine (CI) needs nothing else.
+#
+#   scripts/services.sh up     [rabbitmq|postgres|mariadb ...]   install, start, wait, create test db/user
+#   scripts/services.sh down   [rabbitmq|postgres|mariadb ...]   stop cleanly
+#   scripts/services.sh status                                   what runs
+#   scripts/services.sh env                                      print the env file for tests
+#
+# No name means all three. `up` is idempotent: a server that already answers is left alone (a second
+# start would break a running RabbitMQ or MariaDB, see shared/design/SERVICES.md).
+#
+# Environment: TIMEOUTMILL_SERVICES_DIR (state dir, default /tmp/timeoutmill-services; every parent
+# must be traversable by user postgres), TIMEOUTMILL_RABBITMQ_PORT (5682; the Erlang distribution
+# port is this + 20000), TIMEOUTMILL_POSTGRES_PORT (5442), TIMEOUTMILL_MARIADB_PORT (3316).
+set -euo pipefail
+
+STATE=${TIMEOUTMILL_SERVICES_DIR:-/tmp/timeoutmill-services}
+RABBITMQ_PORT=${TIMEOUTMILL_RABBITMQ_PORT:-5682}
+POSTGRES_PORT=${TIMEOUTMILL_POSTGRES_PORT:-5442}
+MARIADB_PORT=${TIMEOUTMILL_MARIADB_PORT:-3316}
+
+RABBITMQ_BIN=/usr/lib/rabbitmq/bin
+PG_BIN=/usr/lib/postgresql/15/bin
+RABBITMQ_DIR=$STATE/rabbitmq
+PG_DIR=$STATE/postgres
+MARIADB_DIR=$STATE/mariadb
+ENV_FILE=$STATE/env
+
+# Test credentials: these servers only listen on loopback and hold throwaway data.
+DB_NAME=timeoutmill
+MARIADB_USER=timeoutmill
+MARIADB_PASSWORD=timeoutmill
+
+ALL_SERVICES=(rabbitmq postgres mariadb)
+
+log() { printf '[services %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() {
+	log "ERROR: $*"
+	exit 1
+}
+
+# timed LABEL CMD... runs CMD and logs how long it took, so slow steps show up in CI logs.
+timed() {
+	local label=$1 start=$EPOCHREALTIME rc=0
+	shift
+	"$@" || rc=$?
+	log "$label: $(elapsed "$start")s$([ "$rc" -eq 0 ] || echo " (exit $rc)")"
+	return "$rc"
+}
+
+# to_log FILE CMD... runs CMD with its output in FILE (so timed's own line still reaches stderr).
+to_log() {
+	local f=$1
+	shift
+	"$@" >"$f" 2>&1
+}
+
+elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+
+# wait_for SECONDS DESCRIPTION CMD... retries CMD every 0.2 s until it succeeds.
+wait_for() {
+	local timeout=$1 what=$2 deadline
+	shift 2
+	deadline=$((SECONDS + timeout))
+	until "$@" >/dev/null 2>&1; do
+		if ((SECONDS >= deadline)); then
+			log "timed out after ${timeout}s waiting for $what"
+			return 1
+		fi
+		sleep 0.2
+	done
+}
+
+# pid_alive PID: PID runs. A killed process whose parent is init can stay a zombie for seconds here
+# (kill -0 still succeeds), so zombies count as gone.
+pid_alive() {
+	[ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null || return 1
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	stat=${stat##*) }
+	[ "${stat%% *}" != Z ]
+}
+# pid_is PID WORD: PID is alive and its command line mentions WORD (a saved PID may have been reused).
+pid_is() { pid_alive "$1" && tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q -- "$2"; }
+read_pid() { if [ -s "$1" ]; then head -n1 "$1" | tr -dc '0-9'; fi; }
+
+# wait_gone PID SECONDS waits for a process to exit, then kills it if it did not.
+wait_gone() {
+	local pid=$1 timeout=$2 deadline=$((SECONDS + $2))
+	while pid_alive "$pid"; do
+		if ((SECONDS >= deadline)); then
+			log "process $pid still alive after ${timeout}s: killing it"
+			kill -9 "$pid" 2>/dev/null || true
+			sleep 0.5
+			return 0
+		fi
+		sleep 0.1
+	done
+}
+
+port_in_use() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+
+show_log() {
+	local f=$1
+	[ -f "$f" ] || return 0
+	log "last lines of $f:"
+	tail -n 30 "$f" >&2 || true
+}
+
+# ---------------------------------------------------------------------------------------------
+# Installation
+
+package_installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]; }
+
+# install_missing SERVICE... installs every missing package of those services in one apt-get run.
+install_missing() {
+	local missing=() svc pkg
+	for svc in "$@"; do
+		case $svc in
+		rabbitmq) for pkg in rabbitmq-server amqp-tools; do package_installed "$pkg" || missing+=("$pkg"); done ;;
+		mariadb) package_installed mariadb-server || missing+=(mariadb-server) ;;
+		postgres) [ -x "$PG_BIN/postgres" ] && [ -x "$PG_BIN/initdb" ] || missing+=(postgresql-15) ;;
+		esac
+	done
+	# ss and runuser are on every Debian 12, but a minimal image may lack ss.
+	command -v ss >/dev/null || missing+=(iproute2)
+	[ ${#missing[@]} -eq 0 ] && return 0
+	[ "$(id -u)" -eq 0 ] || die "missing packages (${missing[*]}) and not root: install them first"
+	export DEBIAN_FRONTEND=noninteractive
+	timed "apt-get update" apt-get update -qq || die "apt-get update failed"
+	timed "apt-get install ${missing[*]}" to_log "$STATE/apt.log" apt-get install -y -qq -o Dpkg::Use-Pty=0 "${missing[@]}" ||
+		{
+			show_log "$STATE/apt.log"
+			die "apt-get install ${missing[*]} failed"
+		}
+}
+
+# ---------------------------------------------------------------------------------------------
+# RabbitMQ: the real binaries in /usr/lib/rabbitmq/bin (the /usr/sbin wrappers su to user rabbitmq,
+# which has another Erlang cookie), isolated in $RABBITMQ_DIR by environment variables.
+
+rabbitmq_env() {
+	export HOME=$RABBITMQ_DIR
+	export RABBITMQ_NODENAME=timeoutmill@localhost
+	export RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+	export RABBITMQ_NODE_PORT=$RABBITMQ_PORT
+	export RABBITMQ_DIST_PORT=$((RABBITMQ_PORT + 20000))
+	export ERL_EPMD_ADDRESS=127.0.0.1
+	export RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}"
+	export RABBITMQ_MNESIA_BASE=$RABBITMQ_DIR/mnesia
+	export RABBITMQ_LOG_BASE=$RABBITMQ_DIR/log
+	export RABBITMQ_PID_FILE=$RABBITMQ_DIR/rabbit.pid
+	export RABBITMQ_ENABLED_PLUGINS_FILE=$RABBITMQ_DIR/enabled_plugins
+	export RABBITMQ_CONFIG_FILE=$RABBITMQ_DIR/rabbitmq
+	export RABBITMQ_CONF_ENV_FILE=$RABBITMQ_DIR/rabbitmq-env.conf
+}
+
+# The variables rabbitmqctl needs, as written into the env file and the wrapper.
+rabbitmq_env_lines() {
+	local v
+	for v in HOME RABBITMQ_NODENAME RABBITMQ_NODE_IP_ADDRESS RABBITMQ_NODE_PORT RABBITMQ_DIST_PORT \
+		ERL_EPMD_ADDRESS RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS RABBITMQ_MNESIA_BASE RABBITMQ_LOG_BASE \
+		RABBITMQ_PID_FILE RABBITMQ_ENABLED_PLUGINS_FILE RABBITMQ_CONFIG_FILE RABBITMQ_CONF_ENV_FILE; do
+		printf '%s=%q\n' "$v" "${!v}"
+	done
+}
+
+rabbitmqctl() { (rabbitmq_env && "$RABBITMQ_BIN/rabbitmqctl" "$@"); }
+# Any CLI call starts epmd when none runs, so ask epmd (which it does not start) about the node first.
+rabbitmq_registered() { command -v epmd >/dev/null && epmd -names 2>/dev/null | grep -q "^name ${RABBITMQ_NODENAME%@*} at port"; }
+rabbitmq_ping() { rabbitmq_registered && rabbitmqctl -q ping >/dev/null 2>&1; }
+
+rabbitmq_prepare() {
+	# The directories must exist before any CLI call: a missing $HOME makes the CLI hang and fail.
+	mkdir -p "$RABBITMQ_DIR/log" "$RABBITMQ_DIR/mnesia"
+	: >"$RABBITMQ_DIR/rabbitmq-env.conf"
+	printf 'listeners.tcp.default = 127.0.0.1:%s\nloopback_users.guest = true\n' "$RABBITMQ_PORT" >"$RABBITMQ_DIR/rabbitmq.conf"
+	echo '[].' >"$RABBITMQ_DIR/enabled_plugins"
+	# rabbitmqctl as used by tests: the same environment, without exporting HOME into their shell.
+	{
+		echo '#!/bin/sh'
+		echo '# Generated by scripts/services.sh: rabbitmqctl for the timeoutmill test node.'
+		rabbitmq_env_lines | sed 's/^/export /'
+		echo "exec $RABBITMQ_BIN/rabbitmqctl \"\$@\""
+	} >"$RABBITMQ_DIR/rabbitmqctl"
+	chmod 755 "$RABBITMQ_DIR/rabbitmqctl"
+}
+
+# The node runs as beam.smp under a /bin/sh launcher; either may be what is left after a crash.
+rabbitmq_pids() {
+	local pid
+	for pid in "$(read_pid "$RABBITMQ_DIR/server.pid")" "$(read_pid "$RABBITMQ_DIR/rabbit.pid")"; do
+		if pid_is "$pid" rabbit; then echo "$pid"; fi
+	done
+}
+
+rabbitmq_up() {
+	rabbitmq_env
+	rabbitmq_prepare
+	# A ping that answers (our node name and cookie) is the guard against a second start, which
+	# would fail on the distribution port and delete the running node's pid file.
+	if rabbitmq_ping; then
+		log "rabbitmq: already up (port $RABBITMQ_PORT)"
+		return 0
+	fi
+	local pids
+	pids=$(rabbitmq_pids)
+	if [ -n "$pids" ]; then
+		log "rabbitmq: pid ${pids//$'\n'/ } is running but not answering yet: waiting for it"
+	else
+		if port_in_use "$RABBITMQ_PORT" || port_in_use "$RABBITMQ_DIST_PORT"; then
+			die "rabbitmq: port $RABBITMQ_PORT or $RABBITMQ_DIST_PORT is taken by a process this script did not start"
+		fi
+		rm -f "$RABBITMQ_PID_FILE"
+		nohup "$RABBITMQ_BIN/rabbitmq-server" >"$RABBITMQ_DIR/log/stdout.log" 2>&1 </dev/null 9>&- &
+		echo "$!" >"$RABBITMQ_DIR/server.pid"
+		log "rabbitmq: started pid $! on 127.0.0.1:$RABBITMQ_PORT"
+	fi
+	if ! timed "rabbitmq: wait for startup" rabbitmq_await; then
+		show_log "$RABBITMQ_DIR/log/stdout.log"
+		die "rabbitmq did not start"
+	fi
+}
+
+# rabbitmq_await waits for the node: `await_startup` alone fails at once before the node has
+# registered with epmd, so wait for its pid file, then `wait`, then `await_startup`.
+rabbitmq_await() {
+	local deadline=$((SECONDS + 120))
+	until [ -s "$RABBITMQ_PID_FILE" ]; do
+		[ -n "$(rabbitmq_pids)" ] || return 1
+		((SECONDS < deadline)) || return 1
+		sleep 0.2
+	done
+	rabbitmqctl -q wait --timeout 120 "$RABBITMQ_PID_FILE" >/dev/null &&
+		rabbitmqctl -q await_startup --timeout 120 >/dev/null
+}
+
+rabbitmq_down() {
+	rabbitmq_env
+	[ -d "$RABBITMQ_DIR" ] || return 0
+	local pids pid
+	pids=$(rabbitmq_pids)
+	if rabbitmq_ping; then
+		timed "rabbitmq: stop" rabbitmqctl -q stop >/dev/null || true
+	elif [ -n "$pids" ]; then
+		# shellcheck disable=SC2086 # one pid per word
+		kill $pids 2>/dev/null || true
+	fi
+	for pid in $pids; do wait_gone "$pid" 30; done
+	rm -f "$RABBITMQ_DIR/server.pid" "$RABBITMQ_PID_FILE"
+	# epmd outlives the node; it refuses -kill while other nodes are registered with it.
+	if command -v epmd >/dev/null && pgrep -x epmd >/dev/null; then
+		ERL_EPMD_ADDRESS=127.0.0.1 epmd -kill >/dev/null 2>&1 || true
+	fi
+	log "rabbitmq: down"
+}
+
+rabbitmq_status() {
+	rabbitmq_env
+	if [ -d "$RABBITMQ_DIR" ] && rabbitmq_ping; then
+		echo "rabbitmq: up (pid $(read_pid "$RABBITMQ_PID_FILE"), amqp 127.0.0.1:$RABBITMQ_PORT)"
+	else
+		echo "rabbitmq: down"
+		return 1
+	fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# PostgreSQL 15: refuses to run as root, so it runs as user postgres on a data dir in $PG_DIR.
+
+as_postgres() { runuser -u postgres -- "$@"; }
+# Not `pg_ctl status`: it takes a zombie postmaster (after kill -9) for a running one.
+pg_running() { [ -f "$PG_DIR/data/PG_VERSION" ] && pid_is "$(read_pid "$PG_DIR/data/postmaster.pid")" postgres; }
+pg_ready() { "$PG_BIN/pg_isready" -q -U postgres -h 127.0.0.1 -p "$POSTGRES_PORT"; }
+psql_pg() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -U postgres -h 127.0.0.1 -p "$POSTGRES_PORT" "$@"; }
+
+postgres_up() {
+	id postgres >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin postgres
+	mkdir -p "$PG_DIR"
+	chown postgres: "$PG_DIR"
+	chmod 700 "$PG_DIR"
+	as_postgres test -x "$PG_DIR" ||
+		die "postgres: user postgres cannot reach $PG_DIR; set TIMEOUTMILL_SERVICES_DIR to a directory whose parents are traversable (like /tmp/...)"
+	if pg_running && pg_ready; then
+		log "postgres: already up (port $POSTGRES_PORT)"
+		return 0
+	fi
+	if [ ! -f "$PG_DIR/data/PG_VERSION" ]; then
+		rm -rf "$PG_DIR/data"
+		timed "postgres: initdb" to_log "$PG_DIR/initdb.log" as_postgres "$PG_BIN/initdb" -D "$PG_DIR/data" -U postgres -A trust -E UTF8 --locale=C.UTF-8 ||
+			{
+				show_log "$PG_DIR/initdb.log"
+				die "postgres: initdb failed"
+			}
+	fi
+	if ! pg_running; then
+		port_in_use "$POSTGRES_PORT" && die "postgres: port $POSTGRES_PORT is taken by a process this script did not start"
+		# A crashed postmaster leaves its pid file; postgres would refuse it while the pid is a zombie.
+		if [ -f "$PG_DIR/data/postmaster.pid" ]; then
+			log "postgres: removing the stale postmaster.pid of a server that is gone"
+			rm -f "$PG_DIR/data/postmaster.pid"
+		fi
+		# After a kill -9 the old backends hold the lock for about a second: retry a few times.
+		local try
+		for try in 1 2 3 4 5; do
+			if timed "postgres: start (try $try)" as_postgres "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 \
+				-o "-c listen_addresses=127.0.0.1 -p $POSTGRES_PORT -c unix_socket_directories=$PG_DIR" start >/dev/null 2>>"$PG_DIR/pg_ctl.log" 9>&-; then
+				break
+			fi
+			[ "$try" -lt 5 ] || {
+				show_log "$PG_DIR/server.log"
+				die "postgres did not start"
+			}
+			sleep 1
+		done
+	fi
+	wait_for 30 "postgres to accept connections" pg_ready || die "postgres is not ready"
+	if [ "$(psql_pg -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$DB_NAME'")" != 1 ]; then
+		psql_pg -d postgres -c "CREATE DATABASE $DB_NAME"
+	fi
+	log "postgres: up (port $POSTGRES_PORT, database $DB_NAME)"
+}
+
+postgres_down() {
+	[ -f "$PG_DIR/data/PG_VERSION" ] || return 0
+	if pg_running; then
+		timed "postgres: stop" as_postgres "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast -w -t 60 stop >/dev/null
+	fi
+	log "postgres: down"
+}
+
+postgres_status() {
+	if pg_running && pg_ready; then
+		echo "postgres: up (pid $(read_pid "$PG_DIR/data/postmaster.pid"), 127.0.0.1:$POSTGRES_PORT)"
+	else
+		echo "postgres: down"
+		return 1
+	fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# MariaDB: its own datadir in $MARIADB_DIR; root logs in by socket only, tests use a TCP user.
+
+mariadb_admin() { mariadb-admin --no-defaults --socket="$MARIADB_DIR/mysqld.sock" -uroot "$@"; }
+mariadb_ping() { [ -S "$MARIADB_DIR/mysqld.sock" ] && mariadb_admin --connect-timeout=2 ping >/dev/null 2>&1; }
+mariadb_sql() { mariadb --no-defaults --socket="$MARIADB_DIR/mysqld.sock" -uroot; }
+
+mariadb_up() {
+	mkdir -p "$MARIADB_DIR"
+	chown mysql: "$MARIADB_DIR"
+	local pid
+	pid=$(read_pid "$MARIADB_DIR/server.pid")
+	if mariadb_ping; then
+		log "mariadb: already up (port $MARIADB_PORT)"
+	else
+		if [ ! -d "$MARIADB_DIR/data/mysql" ]; then
+			rm -rf "$MARIADB_DIR/data"
+			timed "mariadb: install-db" to_log "$MARIADB_DIR/install-db.log" mariadb-install-db --no-defaults --user=mysql --datadir="$MARIADB_DIR/data" \
+				--auth-root-authentication-method=socket --skip-test-db ||
+				{
+					show_log "$MARIADB_DIR/install-db.log"
+					die "mariadb: install-db failed"
+				}
+		fi
+		if pid_is "$pid" mariadbd; then
+			log "mariadb: pid $pid is running but not answering yet: waiting for it"
+		else
+			# A second server would wait 30 s on the datadir lock and overwrite the pid file.
+			port_in_use "$MARIADB_PORT" && die "mariadb: port $MARIADB_PORT is taken by a process this script did not start"
+			nohup mariadbd --no-defaults --user=mysql --datadir="$MARIADB_DIR/data" --socket="$MARIADB_DIR/mysqld.sock" \
+				--pid-file="$MARIADB_DIR/mariadbd.pid" --port="$MARIADB_PORT" --bind-address=127.0.0.1 \
+				--log-error="$MARIADB_DIR/error.log" --skip-name-resolve >"$MARIADB_DIR/stdout.log" 2>&1 </dev/null 9>&- &
+			pid=$!
+			echo "$pid" >"$MARIADB_DIR/server.pid"
+			log "mariadb: started pid $pid on 127.0.0.1:$MARIADB_PORT"
+		fi
+		timed "mariadb: wait for startup" wait_for 120 "mariadb to answer" mariadb_ping ||
+			{
+				show_log "$MARIADB_DIR/error.log"
+				die "mariadb did not start"
+			}
+	fi
+	# The tests create a database of their own per test, so the user gets every privilege.
+	mariadb_sql <<-SQL
+		CREATE DATABASE IF NOT EXISTS \`$DB_NAME\`;
+		CREATE USER IF NOT EXISTS '$MARIADB_USER'@'127.0.0.1' IDENTIFIED BY '$MARIADB_PASSWORD';
+		GRANT ALL PRIVILEGES ON *.* TO '$MARIADB_USER'@'127.0.0.1';
+	SQL
+	log "mariadb: up (port $MARIADB_PORT, database $DB_NAME, user $MARIADB_USER)"
+}
+
+mariadb_down() {
+	[ -d "$MARIADB_DIR" ] || return 0
+	local pid
+	pid=$(read_pid "$MARIADB_DIR/server.pid")
+	if mariadb_ping; then
+		timed "mariadb: shutdown" mariadb_admin shutdown || true
+	elif pid_is "$pid" mariadbd; then
+		kill "$pid" 2>/dev/null || true
+	fi
+	if pid_is "$pid" mariadbd; then wait_gone "$pid" 60; fi
+	rm -f "$MARIADB_DIR/server.pid"
+	log "mariadb: down"
+}
+
+mariadb_status() {
+	if mariadb_ping; then
+		echo "mariadb: up (pid $(read_pid "$MARIADB_DIR/mariadbd.pid"), 127.0.0.1:$MARIADB_PORT)"
+	else
+		echo "mariadb: down"
+		return 1
+	fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# The env file: one export per running server, rewritten after every up and down.
+
+write_env() {
+	local tmp=$ENV_FILE.tmp
+	{
+		echo "# Generated by scripts/services.sh; source it before running tests."
+		if rabbitmq_status >/dev/null 2>&1; then
+			echo "export TIMEOUTMILL_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:$RABBITMQ_PORT/"
+			# HOME is not exported here: it would move Go's build and module caches. Use the wrapper,
+			# or the real CLI with HOME=\$TIMEOUTMILL_RABBITMQ_HOME.
+			echo "export TIMEOUTMILL_RABBITMQCTL=$RABBITMQ_DIR/rabbitmqctl"
+			echo "export TIMEOUTMILL_RABBITMQCTL_BIN=$RABBITMQ_BIN/rabbitmqctl"
+			echo "export TIMEOUTMILL_RABBITMQ_HOME=$RABBITMQ_DIR"
+			(rabbitmq_env && rabbitmq_env_lines) | grep -v '^HOME=' | sed 's/^/export /'
+		fi
+		if postgres_status >/dev/null 2>&1; then
+			echo "export TIMEOUTMILL_TEST_POSTGRES_DSN='postgres://postgres@127.0.0.1:$POSTGRES_PORT/$DB_NAME?sslmode=disable'"
+		fi
+		if mariadb_status >/dev/null 2>&1; then
+			echo "export TIMEOUTMILL_TEST_MYSQL_DSN='$MARIADB_USER:$MARIADB_PASSWORD@tcp(127.0.0.1:$MARIADB_PORT)/$DB_NAME?parseTime=true'"
+		fi
+	} >"$tmp"
+	mv "$tmp" "$ENV_FILE"
+}
+
+# ---------------------------------------------------------------------------------------------
+
+services_from_args() {
+	local svc
+	if [ $# -eq 0 ]; then
+		printf '%s\n' "${ALL_SERVICES[@]}"
+		return
+	fi
+	for svc in "$@"; do
+		case $svc in
+		rabbitmq | postgres | mariadb) echo "$svc" ;;
+		*) die "unknown service '$svc' (want rabbitmq, postgres or mariadb)" ;;
+		esac
+	done
+}
+
+usage() {
+	sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+	exit 2
+}
+
+main() {
+	[ $# -ge 1 ] || usage
+	local cmd=$1 svc services start=$EPOCHREALTIME
+	shift
+	case $cmd in
+	up | down | status | env) ;;
+	-h | --help | help) usage ;;
+	*) usage ;;
+	esac
+	mapfile -t services < <(services_from_args "$@")
+
+	if [ "$cmd" = env ]; then
+		[ -f "$ENV_FILE" ] || die "no $ENV_FILE: run '$0 up' first"
+		cat "$ENV_FILE"
+		return
+	fi
+
+	mkdir -p "$STATE"
+	chmod 755 "$STATE"
+	# One script at a time per state dir: two concurrent `up`s would double-start the servers.
+	# The servers are started with fd 9 closed, or they would hold this lock for ever.
+	exec 9>"$STATE/lock"
+	flock 9
+
+	case $cmd in
+	up)
+		install_missing "${services[@]}"
+		local t
+		for svc in "${services[@]}"; do
+			t=$EPOCHREALTIME
+			"${svc}_up"
+			log "$svc: up took $(elapsed "$t")s"
+		done
+		write_env
+		log "all up in $(elapsed "$start")s; env file: $ENV_FILE"
+		;;
+	down)
+		for svc in "${services[@]}"; do
+			"${svc}_down"
+		done
+		write_env
+		log "down in $(elapsed "$start")s"
+		;;
+	status)
+		local rc=0
+		for svc in "${ALL_SERVICES[@]}"; do
+			"${svc}_status" || rc=1
+		done
+		return "$rc"
+		;;
+	esac
+}
+
+main "$@"
