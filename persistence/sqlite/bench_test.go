@@ -17,15 +17,15 @@ import (
 )
 
 // benchStores are the set-ups compared: Open's single writer connection beside a reader pool,
-// with NORMAL and FULL synchronous, and one shared pool of connections that contend for SQLite's
-// write lock through busy_timeout (what a caller gets from New on a plain *sql.DB).
+// with NORMAL and FULL synchronous, and New on a caller's plain *sql.DB, whose pool serves reads
+// and writes alike.
 var benchStores = []struct {
 	name string
 	open func(b *testing.B) persistence.Store
 }{
 	{"Open/NORMAL", openBench("NORMAL")},
 	{"Open/FULL", openBench("FULL")},
-	{"SharedPool/NORMAL", func(b *testing.B) persistence.Store {
+	{"New/NORMAL", func(b *testing.B) persistence.Store {
 		path := filepath.Join(b.TempDir(), "timeouts.db")
 		db, err := sql.Open("sqlite", "file:"+path+
 			"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")

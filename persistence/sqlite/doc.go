@@ -9,10 +9,13 @@
 //	defer store.Close()
 //
 // Open creates the file and the table ("orders.timeouts" here) when missing and puts the file in
-// WAL mode. Every write goes through one connection, so goroutines of one process queue in Go
-// rather than fail with SQLITE_BUSY; other processes on the same file wait up to
-// Config.BusyTimeout for SQLite's lock. Each claim is one UPDATE ... RETURNING statement, so two
-// pollers never claim the same timeout while its lease runs.
+// WAL mode. Every change is made by one goroutine on one connection, so goroutines of one process
+// never wait in SQLite's busy handler (whose waits grow to seconds under load) nor fail with
+// SQLITE_BUSY; other processes on the same file wait up to Config.BusyTimeout for SQLite's lock.
+// Changes requested while a commit runs are committed together in one transaction (group
+// commit), so many concurrent writers cost about one commit per group, not one each. Each claim
+// is one UPDATE ... RETURNING statement, so two pollers never claim the same timeout while its
+// lease runs.
 //
 // Durability follows Config.Synchronous. With NORMAL, the default, a commit is in the WAL before
 // Store returns, so a crash or kill of the process loses nothing, but the last commits since the

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	// The pure Go SQLite driver, registered as "sqlite".
@@ -20,14 +22,16 @@ import (
 // Store keeps timeouts in one SQLite table. It is safe for concurrent use, and several processes
 // may share the file: every claim is one atomic statement.
 type Store struct {
-	// writer runs every statement that changes the table. Open gives it one connection, so
-	// writers queue in Go instead of sleeping in SQLite's busy handler.
-	writer *sql.DB
+	// writer makes every change to the table, from one goroutine that commits changes made at
+	// the same time together. Open gives its pool one connection, so that no two goroutines of
+	// this process ever wait for each other in SQLite's busy handler.
+	writer *writer
 	// reader runs the statements that only read; in WAL mode they never wait for the writer.
 	reader *sql.DB
-	// owned: Close closes the pools (Open) or leaves the caller's *sql.DB open (New).
-	owned bool
-	q     queries
+	// pools are closed by Close: Open's two, none for New (the caller's *sql.DB stays open).
+	pools     []*sql.DB
+	closeOnce sync.Once
+	q         queries
 }
 
 var (
@@ -68,7 +72,7 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 	reader.SetMaxOpenConns(readers)
 	reader.SetMaxIdleConns(readers)
 
-	s := &Store{writer: writer, reader: reader, owned: true, q: newQueries(config.Table)}
+	s := &Store{writer: newWriter(writer), reader: reader, pools: []*sql.DB{reader, writer}, q: newQueries(config.Table)}
 	if err := s.SetupInfrastructure(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -87,8 +91,9 @@ func New(ctx context.Context, db *sql.DB, config Config) (*Store, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{writer: db, reader: db, q: newQueries(config.Table)}
+	s := &Store{writer: newWriter(db), reader: db, q: newQueries(config.Table)}
 	if err := s.SetupInfrastructure(ctx); err != nil {
+		_ = s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -103,6 +108,10 @@ func dsn(config Config, readOnly bool) string {
 	params.Add("_pragma", "synchronous("+strings.ToUpper(config.Synchronous)+")")
 	if readOnly {
 		params.Add("_pragma", "query_only(1)")
+	} else {
+		// A group's transaction takes the write lock at BEGIN, so that it never has to upgrade a
+		// read snapshot another process's commit made stale (SQLITE_BUSY_SNAPSHOT).
+		params.Add("_txlock", "immediate")
 	}
 	path := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(config.Path)
 	return "file:" + path + "?" + params.Encode()
@@ -110,10 +119,16 @@ func dsn(config Config, readOnly bool) string {
 
 // SetupInfrastructure creates the table and its indexes when they are missing.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
-	for _, stmt := range s.q.setup {
-		if _, err := s.writer.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("sqlite: set up table: %w", err)
+	err := s.writer.do(ctx, func(ctx context.Context, db execer) error {
+		for _, stmt := range s.q.setup {
+			if _, err := db.ExecContext(ctx, stmt); err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: set up table: %w", err)
 	}
 	return nil
 }
@@ -128,16 +143,18 @@ func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) 
 		payload = []byte{}
 	}
 	due := dueMicros(t.Due)
-	res, err := s.writer.ExecContext(ctx, s.q.store,
-		t.ID, t.Destination, due, due, t.Owner, payload, persistence.EncodeMetadata(t.Metadata), t.FailureCount)
+	metadata := persistence.EncodeMetadata(t.Metadata)
+	var inserted bool
+	err := s.writer.do(ctx, func(ctx context.Context, db execer) error {
+		n, err := rowsAffected(db.ExecContext(ctx, s.q.store,
+			t.ID, t.Destination, due, due, t.Owner, payload, metadata, t.FailureCount))
+		inserted = n == 1
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("sqlite: store %q: %w", t.ID, err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("sqlite: store %q: %w", t.ID, err)
-	}
-	return n == 1, nil
+	return inserted, nil
 }
 
 // Next returns when the earliest timeout becomes claimable: its due time, or its lease's end.
@@ -161,44 +178,49 @@ func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease ti
 	if lease < 0 {
 		return nil, fmt.Errorf("sqlite: claim: lease cannot be negative (%s)", lease)
 	}
-	at := now.UnixMicro()
-	rows, err := s.writer.QueryContext(ctx, s.q.claim, now.Add(lease).UnixMicro(), at, limit)
+	var claims []claim
+	err := s.writer.do(ctx, func(ctx context.Context, db execer) error {
+		var err error
+		claims, err = s.claim(ctx, db, now.UnixMicro(), now.Add(lease).UnixMicro(), limit)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim: %w", err)
 	}
-	defer rows.Close()
-	type claim struct {
-		id  string
-		due int64
-	}
-	claims := make([]claim, 0, limit)
-	for rows.Next() {
-		var c claim
-		if err := rows.Scan(&c.id, &c.due); err != nil {
-			return nil, fmt.Errorf("sqlite: claim: %w", err)
-		}
-		claims = append(claims, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: claim: %w", err)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, fmt.Errorf("sqlite: claim: %w", err)
-	}
 	slices.SortFunc(claims, func(a, b claim) int {
-		if a.due != b.due {
-			if a.due < b.due {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.id, b.id)
+		return cmp.Or(cmp.Compare(a.due, b.due), strings.Compare(a.id, b.id))
 	})
 	ids := make([]string, len(claims))
 	for i, c := range claims {
 		ids[i] = c.id
 	}
 	return ids, nil
+}
+
+// claim is a claimed timeout's id and due time (unix microseconds).
+type claim struct {
+	id  string
+	due int64
+}
+
+func (s *Store) claim(ctx context.Context, db execer, now, until int64, limit int) ([]claim, error) {
+	rows, err := db.QueryContext(ctx, s.q.claim, until, now, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	claims := make([]claim, 0, limit)
+	for rows.Next() {
+		var c claim
+		if err := rows.Scan(&c.id, &c.due); err != nil {
+			return nil, err
+		}
+		claims = append(claims, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return claims, rows.Close()
 }
 
 // Peek returns the timeout with that id, claimed or not.
@@ -241,11 +263,12 @@ func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, err
 // CancelByOwner deletes every timeout of owner. An empty owner cancels nothing: it means "no
 // owner", not every timeout without one.
 func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
-	res, err := s.writer.ExecContext(ctx, s.q.cancelByOwner, owner)
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: cancel timeouts of %q: %w", owner, err)
-	}
-	n, err := res.RowsAffected()
+	var n int64
+	err := s.writer.do(ctx, func(ctx context.Context, db execer) error {
+		var err error
+		n, err = rowsAffected(db.ExecContext(ctx, s.q.cancelByOwner, owner))
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: cancel timeouts of %q: %w", owner, err)
 	}
@@ -254,23 +277,36 @@ func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
 
 // execOne runs a statement on one id and reports whether it found the row.
 func (s *Store) execOne(ctx context.Context, what, query, id string) (bool, error) {
-	res, err := s.writer.ExecContext(ctx, query, id)
-	if err != nil {
-		return false, fmt.Errorf("sqlite: %s %q: %w", what, id, err)
-	}
-	n, err := res.RowsAffected()
+	var n int64
+	err := s.writer.do(ctx, func(ctx context.Context, db execer) error {
+		var err error
+		n, err = rowsAffected(db.ExecContext(ctx, query, id))
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("sqlite: %s %q: %w", what, id, err)
 	}
 	return n > 0, nil
 }
 
-// Close closes the database when Open opened it; a *sql.DB given to New stays open.
-func (s *Store) Close() error {
-	if !s.owned {
-		return nil
+func rowsAffected(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
 	}
-	return errors.Join(s.reader.Close(), s.writer.Close())
+	return res.RowsAffected()
+}
+
+// Close waits for the changes being committed, then closes the database when Open opened it; a
+// *sql.DB given to New stays open. Later calls return ErrClosed (reads may return sql.ErrConnDone).
+func (s *Store) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.writer.close()
+		for _, db := range s.pools {
+			err = errors.Join(err, db.Close())
+		}
+	})
+	return err
 }
 
 // dueMicros rounds a due time up to whole microseconds, so a timeout is never claimed early.
