@@ -1,0 +1,254 @@
+// Package memory is an in-memory persistence.Store: fast, for tests and for processes whose
+// timeouts need not survive a restart. Everything it holds is lost when the process ends; use
+// persistence/sqlite for the durable embedded default.
+package memory
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/timeoutmill/timeoutmill/persistence"
+)
+
+// Store keeps timeouts in a map, ordered for claiming by a min-heap on the time each becomes
+// claimable (its due time, or the end of its claim's lease). It is safe for concurrent use.
+type Store struct {
+	mu      sync.Mutex
+	byID    map[string]*entry
+	byOwner map[string]map[string]struct{}
+	queue   claimQueue
+	closed  bool
+}
+
+type entry struct {
+	timeout     persistence.Timeout
+	availableAt time.Time
+	index       int // position in the heap
+}
+
+var (
+	_ persistence.Store     = (*Store)(nil)
+	_ persistence.Inspector = (*Store)(nil)
+)
+
+// New returns an empty store.
+func New() *Store {
+	return &Store{
+		byID:    make(map[string]*entry),
+		byOwner: make(map[string]map[string]struct{}),
+	}
+}
+
+func (s *Store) lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
+	return nil
+}
+
+// Store keeps a copy of t; storing an id already kept changes nothing.
+func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) {
+	if err := t.Validate(); err != nil {
+		return false, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return false, err
+	}
+	defer s.mu.Unlock()
+	if _, ok := s.byID[t.ID]; ok {
+		return false, nil
+	}
+	t = clone(t)
+	t.Due = t.Due.UTC()
+	e := &entry{timeout: t, availableAt: t.Due}
+	s.byID[t.ID] = e
+	heap.Push(&s.queue, e)
+	if t.Owner != "" {
+		if s.byOwner[t.Owner] == nil {
+			s.byOwner[t.Owner] = make(map[string]struct{})
+		}
+		s.byOwner[t.Owner][t.ID] = struct{}{}
+	}
+	return true, nil
+}
+
+// Next returns when the earliest timeout becomes claimable.
+func (s *Store) Next(ctx context.Context) (time.Time, bool, error) {
+	if err := s.lock(ctx); err != nil {
+		return time.Time{}, false, err
+	}
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return time.Time{}, false, nil
+	}
+	return s.queue[0].availableAt, true, nil
+}
+
+// ClaimDue claims up to limit timeouts claimable at now, earliest first.
+func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var claimed []*entry
+	for len(s.queue) > 0 && len(claimed) < limit && !s.queue[0].availableAt.After(now) {
+		claimed = append(claimed, heap.Pop(&s.queue).(*entry))
+	}
+	ids := make([]string, len(claimed))
+	until := now.Add(lease).UTC()
+	for i, e := range claimed {
+		ids[i] = e.timeout.ID
+		e.availableAt = until
+		heap.Push(&s.queue, e)
+	}
+	return ids, nil
+}
+
+// Peek returns a copy of the timeout with that id.
+func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error) {
+	if err := s.lock(ctx); err != nil {
+		return persistence.Timeout{}, err
+	}
+	defer s.mu.Unlock()
+	e, ok := s.byID[id]
+	if !ok {
+		return persistence.Timeout{}, persistence.ErrNotFound
+	}
+	return clone(e.timeout), nil
+}
+
+// Remove deletes the timeout with that id.
+func (s *Store) Remove(ctx context.Context, id string) (bool, error) {
+	if err := s.lock(ctx); err != nil {
+		return false, err
+	}
+	defer s.mu.Unlock()
+	return s.delete(id), nil
+}
+
+// Cancel deletes the pending timeout with that id.
+func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
+	return s.Remove(ctx, id)
+}
+
+// CancelByOwner deletes every timeout of owner.
+func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
+	if err := s.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	n := 0
+	for id := range s.byOwner[owner] {
+		if s.delete(id) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// IncrementFailureCount records a failed forwarding attempt.
+func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, error) {
+	if err := s.lock(ctx); err != nil {
+		return false, err
+	}
+	defer s.mu.Unlock()
+	e, ok := s.byID[id]
+	if ok {
+		e.timeout.FailureCount++
+	}
+	return ok, nil
+}
+
+// Stats describes what the store holds.
+func (s *Store) Stats(ctx context.Context) (persistence.Stats, error) {
+	if err := s.lock(ctx); err != nil {
+		return persistence.Stats{}, err
+	}
+	defer s.mu.Unlock()
+	st := persistence.Stats{Pending: len(s.byID)}
+	for _, e := range s.byID {
+		if st.Earliest.IsZero() || e.timeout.Due.Before(st.Earliest) {
+			st.Earliest = e.timeout.Due
+		}
+		if e.timeout.Due.After(st.Latest) {
+			st.Latest = e.timeout.Due
+		}
+	}
+	return st, nil
+}
+
+// List returns timeouts earliest due first, without payloads.
+func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
+	if opts.Limit <= 0 {
+		opts.Limit = 100
+	}
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var out []persistence.Timeout
+	for _, e := range s.byID {
+		if opts.Owner != "" && e.timeout.Owner != opts.Owner {
+			continue
+		}
+		t := clone(e.timeout)
+		t.Payload = nil
+		out = append(out, t)
+	}
+	slices.SortFunc(out, func(a, b persistence.Timeout) int {
+		if c := a.Due.Compare(b.Due); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	if len(out) > opts.Limit {
+		out = out[:opts.Limit]
+	}
+	return out, nil
+}
+
+// Close makes every later call fail. It holds nothing that needs releasing.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
+
+// delete removes id from every index; the caller holds s.mu.
+func (s *Store) delete(id string) bool {
+	e, ok := s.byID[id]
+	if !ok {
+		return false
+	}
+	delete(s.byID, id)
+	heap.Remove(&s.queue, e.index)
+	if owner := e.timeout.Owner; owner != "" {
+		delete(s.byOwner[owner], id)
+		if len(s.byOwner[owner]) == 0 {
+			delete(s.byOwner, owner)
+		}
+	}
+	return true
+}
+
+func clone(t persistence.Timeout) persistence.Timeout {
+	t.Payload = slices.Clone(t.Payload)
+	if t.Metadata != nil {
+		md := make(map[string]string, len(t.Metadata))
+		for k, v := range t.Metadata {
+			md[k] = v
+		}
+		t.Metadata = md
+	}
+	return t
+}
