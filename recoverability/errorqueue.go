@@ -1,0 +1,62 @@
+package recoverability
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/timeoutmill/timeoutmill/wire"
+)
+
+// Failure describes why a message is being moved to the error queue.
+type Failure struct {
+	// Reason says, in words, why the message could not be handled. Required.
+	Reason string
+	// Queue is the queue the message failed in. Required.
+	Queue string
+	// Handler names the handler that failed, when there was one.
+	Handler string
+	// Attempts counts the attempts made, when known (0 = unknown).
+	Attempts int
+}
+
+// ErrorQueue moves messages that cannot be handled to an error queue, with failure headers and
+// with their UUID, payload and other headers unchanged.
+type ErrorQueue struct {
+	publisher message.Publisher
+	topic     string
+	now       func() time.Time
+}
+
+// NewErrorQueue returns an ErrorQueue that publishes to topic ("" = wire.DefaultErrorQueue).
+func NewErrorQueue(publisher message.Publisher, topic string) *ErrorQueue {
+	if topic == "" {
+		topic = wire.DefaultErrorQueue
+	}
+	return &ErrorQueue{publisher: publisher, topic: topic, now: time.Now}
+}
+
+// Topic is the error queue's name.
+func (q *ErrorQueue) Topic() string { return q.topic }
+
+// Send publishes a copy of msg to the error queue with the failure headers set. The caller acks
+// msg only when Send returned nil; otherwise the message must be retried, never dropped.
+func (q *ErrorQueue) Send(msg *message.Message, f Failure) error {
+	out := msg.Copy()
+	out.Metadata.Set(wire.HeaderFailureReason, f.Reason)
+	out.Metadata.Set(wire.HeaderFailureQueue, f.Queue)
+	out.Metadata.Set(wire.HeaderFailureTime, q.now().UTC().Format(time.RFC3339Nano))
+	if f.Handler != "" {
+		out.Metadata.Set(wire.HeaderFailureHandler, f.Handler)
+	}
+	if f.Attempts > 0 {
+		out.Metadata.Set(wire.HeaderFailureAttempts, strconv.Itoa(f.Attempts))
+	}
+	out.SetContext(msg.Context())
+	if err := q.publisher.Publish(q.topic, out); err != nil {
+		return fmt.Errorf("moving message %s from %s to error queue %s: %w", msg.UUID, f.Queue, q.topic, err)
+	}
+	return nil
+}

@@ -1,0 +1,181 @@
+package satellites
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/recoverability"
+	"github.com/timeoutmill/timeoutmill/wire"
+)
+
+// DispatchConfig configures the dispatch satellite.
+type DispatchConfig struct {
+	// Endpoint whose TimeoutsDispatcher queue the satellite consumes. Required.
+	Endpoint string
+	// Store holds the timeouts. Required.
+	Store persistence.Store
+	// Publisher delivers due messages to their destinations. Required.
+	Publisher message.Publisher
+	// ErrorQueue receives timeouts that could not be forwarded and malformed dispatcher
+	// messages. Required.
+	ErrorQueue *recoverability.ErrorQueue
+	// Breaker watches storage and forwarding failures (TimeToTriggerDispatchCircuitBreaker).
+	// Required.
+	Breaker *critical.CircuitBreaker
+	// NumberOfRetries is how many times forwarding a due message is retried after its first
+	// failed attempt before it goes to the error queue: 0 means one attempt in all.
+	NumberOfRetries int
+	// OnDispatched is told of each timeout delivered and when. Optional (metrics use it).
+	OnDispatched func(t persistence.Timeout, deliveredAt time.Time)
+}
+
+// Validate reports the first missing or impossible setting.
+func (c DispatchConfig) Validate() error {
+	if err := wire.ValidateName("endpoint", c.Endpoint); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	switch {
+	case c.Store == nil:
+		return fmt.Errorf("%w: dispatch satellite needs a Store", ErrInvalidConfig)
+	case c.Publisher == nil:
+		return fmt.Errorf("%w: dispatch satellite needs a Publisher", ErrInvalidConfig)
+	case c.ErrorQueue == nil:
+		return fmt.Errorf("%w: dispatch satellite needs an ErrorQueue", ErrInvalidConfig)
+	case c.Breaker == nil:
+		return fmt.Errorf("%w: dispatch satellite needs a Breaker", ErrInvalidConfig)
+	case c.NumberOfRetries < 0:
+		return fmt.Errorf("%w: NumberOfRetries must not be negative, got %d", ErrInvalidConfig, c.NumberOfRetries)
+	}
+	return nil
+}
+
+// Dispatch is the satellite on an endpoint's TimeoutsDispatcher queue: for each due id it looks
+// the timeout up, forwards the message to its destination unchanged (same UUID, payload and
+// headers, less the routing headers), then removes it. Delivery is at least once: a crash between
+// forward and remove forwards the message again.
+type Dispatch struct {
+	cfg    DispatchConfig
+	queue  string
+	logger watermill.LoggerAdapter
+}
+
+var _ Satellite = (*Dispatch)(nil)
+
+// NewDispatch returns the dispatch satellite.
+func NewDispatch(cfg DispatchConfig, logger watermill.LoggerAdapter) (*Dispatch, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	queue := wire.DispatcherQueue(cfg.Endpoint)
+	return &Dispatch{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue})}, nil
+}
+
+// Name is the router handler's name.
+func (d *Dispatch) Name() string { return d.queue }
+
+// Queue is the endpoint's TimeoutsDispatcher queue.
+func (d *Dispatch) Queue() string { return d.queue }
+
+// Handle dispatches the timeout whose id msg carries.
+func (d *Dispatch) Handle(msg *message.Message) error {
+	ctx := messageContext(msg)
+	id, err := dispatcherqueue.Decode(msg)
+	if err != nil {
+		return d.cfg.ErrorQueue.Send(msg, recoverability.Failure{Reason: err.Error(), Queue: d.queue, Handler: d.Name()})
+	}
+	t, err := d.cfg.Store.Peek(ctx, id)
+	if errors.Is(err, persistence.ErrNotFound) {
+		d.logger.Debug("Timeout already dispatched or cancelled", watermill.LogFields{"timeout_id": id})
+		return nil
+	}
+	if err != nil {
+		d.cfg.Breaker.Failure(ctx, err)
+		return fmt.Errorf("looking up timeout %s: %w", id, err)
+	}
+
+	out := message.NewMessage(t.ID, t.Payload)
+	out.Metadata = withoutRoutingHeaders(t.Metadata, wire.IsRoutingHeader)
+	out.SetContext(ctx)
+	if err := d.cfg.Publisher.Publish(t.Destination, out); err != nil {
+		return d.forwardFailed(msg, t, out, err)
+	}
+	if d.cfg.OnDispatched != nil {
+		d.cfg.OnDispatched(t, time.Now())
+	}
+	d.cfg.Breaker.Success()
+	d.remove(msg, id)
+	return nil
+}
+
+// forwardFailed counts a failed attempt; past NumberOfRetries the message goes to the error queue
+// and leaves the store. Otherwise the dispatcher message is nacked and the attempt repeated.
+func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, out *message.Message, cause error) error {
+	ctx := messageContext(msg)
+	fields := watermill.LogFields{"timeout_id": t.ID, "destination": t.Destination}
+	d.logger.Error("Forwarding due message failed", cause, fields)
+	found, err := d.cfg.Store.IncrementFailureCount(ctx, t.ID)
+	if err != nil {
+		d.cfg.Breaker.Failure(ctx, err)
+		return fmt.Errorf("recording failed forward of timeout %s (%v): %w", t.ID, cause, err)
+	}
+	if !found {
+		return nil // removed or cancelled meanwhile
+	}
+	attempts := t.FailureCount + 1
+	if attempts <= d.cfg.NumberOfRetries {
+		d.cfg.Breaker.Failure(ctx, cause)
+		return fmt.Errorf("forwarding timeout %s to %s (attempt %d of %d): %w", t.ID, t.Destination, attempts, d.cfg.NumberOfRetries+1, cause)
+	}
+	out.Metadata.Set(wire.HeaderDestination, t.Destination)
+	out.Metadata.Set(wire.HeaderExpire, wire.FormatExpire(t.Due))
+	if t.Owner != "" {
+		out.Metadata.Set(wire.HeaderOwner, t.Owner)
+	}
+	reason := fmt.Sprintf("forwarding to %q failed after %s: %v", t.Destination, plural(attempts, "attempt"), cause)
+	if err := d.cfg.ErrorQueue.Send(out, recoverability.Failure{Reason: reason, Queue: d.queue, Handler: d.Name(), Attempts: attempts}); err != nil {
+		return err
+	}
+	d.remove(msg, t.ID)
+	return nil
+}
+
+// removeAttempts bounds how often remove retries a failing store before giving up.
+const removeAttempts = 3
+
+// remove deletes a forwarded timeout. It is not allowed to fail the dispatcher message: the
+// message is delivered, and a redelivery would forward it again at once. If the store keeps
+// failing, the timeout stays claimed and is forwarded once more when its lease runs out: the
+// at-least-once duplicate.
+func (d *Dispatch) remove(msg *message.Message, id string) {
+	ctx := messageContext(msg)
+	fields := watermill.LogFields{"timeout_id": id}
+	for attempt := 1; ; attempt++ {
+		removed, err := d.cfg.Store.Remove(ctx, id)
+		switch {
+		case err == nil && !removed:
+			d.logger.Info("Dispatched timeout was already gone: possible duplicate delivery", fields)
+			return
+		case err == nil:
+			return
+		case attempt == removeAttempts || ctx.Err() != nil:
+			d.logger.Error("Removing dispatched timeout failed; it will be delivered again when its claim expires", err, fields)
+			return
+		}
+		d.cfg.Breaker.Failure(ctx, err)
+	}
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return strconv.Itoa(n) + " " + word + "s"
+}

@@ -1,0 +1,155 @@
+package satellites
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/recoverability"
+	"github.com/timeoutmill/timeoutmill/wire"
+)
+
+// StoreConfig configures the store satellite.
+type StoreConfig struct {
+	// Endpoint whose Timeouts queue the satellite consumes. Required.
+	Endpoint string
+	// Store keeps the timeouts. Required.
+	Store persistence.Store
+	// ErrorQueue receives messages that can never be stored. Required.
+	ErrorQueue *recoverability.ErrorQueue
+	// Breaker watches storage failures (TimeToTriggerStoreCircuitBreaker). Required.
+	Breaker *critical.CircuitBreaker
+	// OnStored is told the due time of each newly stored timeout, so the poller can wake early.
+	// Optional.
+	OnStored func(due time.Time)
+}
+
+// Validate reports the first missing setting.
+func (c StoreConfig) Validate() error {
+	if err := wire.ValidateName("endpoint", c.Endpoint); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	switch {
+	case c.Store == nil:
+		return fmt.Errorf("%w: store satellite needs a Store", ErrInvalidConfig)
+	case c.ErrorQueue == nil:
+		return fmt.Errorf("%w: store satellite needs an ErrorQueue", ErrInvalidConfig)
+	case c.Breaker == nil:
+		return fmt.Errorf("%w: store satellite needs a Breaker", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Store is the satellite on an endpoint's Timeouts queue: it validates each delayed message,
+// persists it idempotently by message UUID, and acks only after the store committed. A message
+// that can never be stored goes to the error queue with a failure reason.
+type Store struct {
+	cfg    StoreConfig
+	queue  string
+	logger watermill.LoggerAdapter
+}
+
+var _ Satellite = (*Store)(nil)
+
+// NewStore returns the store satellite.
+func NewStore(cfg StoreConfig, logger watermill.LoggerAdapter) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	queue := wire.TimeoutsQueue(cfg.Endpoint)
+	return &Store{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue})}, nil
+}
+
+// Name is the router handler's name.
+func (s *Store) Name() string { return s.queue }
+
+// Queue is the endpoint's Timeouts queue.
+func (s *Store) Queue() string { return s.queue }
+
+// Handle stores one delayed message.
+func (s *Store) Handle(msg *message.Message) error {
+	ctx := messageContext(msg)
+	t, err := s.timeoutOf(msg)
+	if err != nil {
+		return s.reject(msg, err.Error())
+	}
+	inserted, err := s.cfg.Store.Store(ctx, t)
+	if errors.Is(err, persistence.ErrInvalidTimeout) {
+		return s.reject(msg, err.Error())
+	}
+	if err != nil {
+		s.logger.Error("Storing timeout failed; will retry", err, watermill.LogFields{"timeout_id": t.ID})
+		s.cfg.Breaker.Failure(ctx, err)
+		return fmt.Errorf("storing timeout %s: %w", t.ID, err)
+	}
+	s.cfg.Breaker.Success()
+	if inserted {
+		if s.cfg.OnStored != nil {
+			s.cfg.OnStored(t.Due)
+		}
+		return nil
+	}
+	return s.checkDuplicate(msg, t)
+}
+
+// timeoutOf reads a delayed message into a Timeout, or says why it cannot be stored.
+func (s *Store) timeoutOf(msg *message.Message) (persistence.Timeout, error) {
+	due, delayed, err := wire.Due(msg.Metadata, time.Now())
+	if err != nil {
+		return persistence.Timeout{}, err
+	}
+	if !delayed {
+		return persistence.Timeout{}, fmt.Errorf("%w: neither %s nor %s is set", wire.ErrInvalidHeader, wire.HeaderExpire, wire.HeaderWatermillDelayedUntil)
+	}
+	dest, err := wire.Destination(msg.Metadata)
+	if err != nil {
+		return persistence.Timeout{}, err
+	}
+	id := msg.UUID
+	if id == "" {
+		// A producer that is not Watermill (a plain AMQP client) may send no UUID. The message
+		// still gets delivered, under an id of its own; only its redelivery cannot be recognised.
+		id = watermill.NewUUID()
+		msg.UUID = id
+		s.logger.Info("Delayed message has no UUID; assigned one", watermill.LogFields{"timeout_id": id})
+	}
+	return persistence.Timeout{
+		ID:          id,
+		Destination: dest,
+		Due:         due,
+		Owner:       msg.Metadata.Get(wire.HeaderOwner),
+		Payload:     msg.Payload,
+		Metadata:    withoutRoutingHeaders(msg.Metadata, wire.IsRoutingHeader),
+	}, nil
+}
+
+// checkDuplicate handles a message whose id is stored already: a redelivery is acked; a different
+// message reusing the id goes to the error queue rather than silently replacing or vanishing.
+func (s *Store) checkDuplicate(msg *message.Message, t persistence.Timeout) error {
+	existing, err := s.cfg.Store.Peek(messageContext(msg), t.ID)
+	if errors.Is(err, persistence.ErrNotFound) {
+		// Stored, then dispatched or cancelled since: this was a late redelivery.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("checking stored timeout %s: %w", t.ID, err)
+	}
+	if existing.Destination == t.Destination && existing.Due.Equal(t.Due) {
+		s.logger.Debug("Timeout stored already; redelivery acked", watermill.LogFields{"timeout_id": t.ID})
+		return nil
+	}
+	return s.reject(msg, fmt.Sprintf(
+		"a timeout with id %s is already scheduled for %q at %s; this message for %q at %s reuses its UUID and cannot be stored (give each delayed message its own UUID)",
+		t.ID, existing.Destination, wire.FormatExpire(existing.Due), t.Destination, wire.FormatExpire(t.Due)))
+}
+
+func (s *Store) reject(msg *message.Message, reason string) error {
+	s.logger.Error("Delayed message cannot be stored; moving it to the error queue", errors.New(reason),
+		watermill.LogFields{"message_uuid": msg.UUID, "error_queue": s.cfg.ErrorQueue.Topic()})
+	return s.cfg.ErrorQueue.Send(msg, recoverability.Failure{Reason: reason, Queue: s.queue, Handler: s.Name()})
+}
