@@ -1,0 +1,142 @@
+package timeouts
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/wire"
+)
+
+// ErrInvalidConfig is wrapped by every configuration error of this package.
+var ErrInvalidConfig = errors.New("timeouts: invalid configuration")
+
+// Defaults of Config.
+const (
+	DefaultPollInterval                                            = time.Minute
+	DefaultClaimBatchSize                                          = 500
+	DefaultClaimLease                                              = time.Minute
+	DefaultTimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages = 2 * time.Minute
+	DefaultTimeToTriggerStoreCircuitBreaker                        = 30 * time.Second
+	DefaultTimeToTriggerDispatchCircuitBreaker                     = 30 * time.Second
+)
+
+// Config configures a Manager: the timeout manager of one endpoint.
+type Config struct {
+	// Endpoint names the endpoint; its queues are Endpoint.Timeouts and
+	// Endpoint.TimeoutsDispatcher. Required.
+	Endpoint string
+	// Store keeps the timeouts. Required. If it implements persistence.Installer, its
+	// SetupInfrastructure runs in AddToRouter unless SkipInfrastructureSetup is set.
+	Store persistence.Store
+	// Publisher sends due messages to their destinations, ids to the dispatcher queue and
+	// failures to the error queue. Required.
+	Publisher message.Publisher
+	// Subscriber consumes the Timeouts and TimeoutsDispatcher queues. Required. On a broker that
+	// fans out (Watermill's GoChannel, AMQP with a fanout topology) every instance sees every
+	// message; use queue semantics so each message reaches one instance.
+	Subscriber message.Subscriber
+
+	// ErrorQueue receives messages that can never be handled. Defaults to "error".
+	ErrorQueue string
+	// PollInterval is the longest the poller sleeps between looks at the store; it also wakes at
+	// the next due time and when an earlier timeout is stored. Defaults to 1 minute.
+	PollInterval time.Duration
+	// ClaimBatchSize is how many due ids one claim takes. Defaults to 500.
+	ClaimBatchSize int
+	// ClaimLease is how long a claimed id stays hidden from other pollers. An id whose dispatcher
+	// message was lost is claimed again when its lease runs out. Defaults to 1 minute.
+	ClaimLease time.Duration
+	// NumberOfRetries is how many times forwarding a due message is retried after a failed
+	// first attempt before it goes to the error queue. Defaults to 0: one attempt.
+	NumberOfRetries int
+
+	// TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages is how long the store may fail to
+	// be polled before a critical error is raised. Defaults to 2 minutes. The wait starts at the
+	// first failed poll (an idle poller looks at least every PollInterval) and the error comes on
+	// time, not at the next poll after it.
+	TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages time.Duration
+	// TimeToTriggerStoreCircuitBreaker is how long storing delayed messages may fail before a
+	// critical error is raised. Defaults to 30 seconds.
+	TimeToTriggerStoreCircuitBreaker time.Duration
+	// TimeToTriggerDispatchCircuitBreaker is how long dispatching due messages may fail before a
+	// critical error is raised. Defaults to 30 seconds.
+	TimeToTriggerDispatchCircuitBreaker time.Duration
+	// RetryDelay is how long a failing stage waits before it tries again. Defaults to 1 second.
+	RetryDelay time.Duration
+
+	// OnCriticalError is called once for each critical error. Defaults to logging the error and
+	// closing the router the Manager was added to; Manager.Err reports the error either way.
+	OnCriticalError critical.Action
+	// SkipInfrastructureSetup leaves the store's tables to the operator (see `timeoutmill setup`).
+	SkipInfrastructureSetup bool
+}
+
+func (c *Config) setDefaults() {
+	if c.ErrorQueue == "" {
+		c.ErrorQueue = wire.DefaultErrorQueue
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.ClaimBatchSize == 0 {
+		c.ClaimBatchSize = DefaultClaimBatchSize
+	}
+	if c.ClaimLease == 0 {
+		c.ClaimLease = DefaultClaimLease
+	}
+	if c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages == 0 {
+		c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages = DefaultTimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages
+	}
+	if c.TimeToTriggerStoreCircuitBreaker == 0 {
+		c.TimeToTriggerStoreCircuitBreaker = DefaultTimeToTriggerStoreCircuitBreaker
+	}
+	if c.TimeToTriggerDispatchCircuitBreaker == 0 {
+		c.TimeToTriggerDispatchCircuitBreaker = DefaultTimeToTriggerDispatchCircuitBreaker
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = critical.DefaultRetryDelay
+	}
+}
+
+// Validate reports the first missing or impossible setting.
+func (c Config) Validate() error {
+	if err := wire.ValidateName("Endpoint", c.Endpoint); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := wire.ValidateName("ErrorQueue", c.ErrorQueue); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	invalid := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.Store == nil:
+		return invalid("Store is required")
+	case c.Publisher == nil:
+		return invalid("Publisher is required")
+	case c.Subscriber == nil:
+		return invalid("Subscriber is required")
+	case c.PollInterval < 0:
+		return invalid("PollInterval must be positive, got %s", c.PollInterval)
+	case c.ClaimBatchSize < 0:
+		return invalid("ClaimBatchSize must be positive, got %d", c.ClaimBatchSize)
+	case c.ClaimLease < 0:
+		return invalid("ClaimLease must be positive, got %s", c.ClaimLease)
+	case c.NumberOfRetries < 0:
+		return invalid("NumberOfRetries must not be negative, got %d", c.NumberOfRetries)
+	case c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages < 0:
+		return invalid("TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages must be positive, got %s", c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages)
+	case c.TimeToTriggerStoreCircuitBreaker < 0:
+		return invalid("TimeToTriggerStoreCircuitBreaker must be positive, got %s", c.TimeToTriggerStoreCircuitBreaker)
+	case c.TimeToTriggerDispatchCircuitBreaker < 0:
+		return invalid("TimeToTriggerDispatchCircuitBreaker must be positive, got %s", c.TimeToTriggerDispatchCircuitBreaker)
+	case c.RetryDelay < 0:
+		return invalid("RetryDelay must not be negative, got %s", c.RetryDelay)
+	}
+	return nil
+}

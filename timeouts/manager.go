@@ -1,0 +1,235 @@
+package timeouts
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/recoverability"
+	"github.com/timeoutmill/timeoutmill/satellites"
+)
+
+// Manager is the timeout manager of one endpoint: the store satellite, the poller and the
+// dispatch satellite, run by a Watermill router. Create it with NewManager and add it to a
+// router with AddToRouter; publish delayed messages through Publisher (or NewPublisher in
+// another process).
+type Manager struct {
+	cfg    Config
+	logger watermill.LoggerAdapter
+
+	store     *satellites.Store
+	dispatch  *satellites.Dispatch
+	poller    *poller
+	publisher *Publisher
+	breakers  []*critical.CircuitBreaker
+
+	mu      sync.Mutex
+	router  *message.Router
+	critErr *critical.Error
+	started bool
+	done    chan struct{} // closed when the poller has stopped
+}
+
+// NewManager validates config and assembles the timeout manager.
+func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error) {
+	config.setDefaults()
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	m := &Manager{
+		cfg:    config,
+		logger: logger.With(watermill.LogFields{"endpoint": config.Endpoint}),
+		done:   make(chan struct{}),
+	}
+
+	newBreaker := func(name string, wait time.Duration, msg string) (*critical.CircuitBreaker, error) {
+		b, err := critical.NewCircuitBreaker(critical.BreakerConfig{
+			Name: name, TimeToWait: wait, Message: msg, RetryDelay: config.RetryDelay, OnTrip: m.raise,
+		})
+		if err == nil {
+			m.breakers = append(m.breakers, b)
+		}
+		return b, err
+	}
+	fetchBreaker, err := newBreaker("fetch", config.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages, critical.FetchMessage)
+	if err != nil {
+		return nil, err
+	}
+	storeBreaker, err := newBreaker("store", config.TimeToTriggerStoreCircuitBreaker, critical.StoreMessage)
+	if err != nil {
+		return nil, err
+	}
+	dispatchBreaker, err := newBreaker("dispatch", config.TimeToTriggerDispatchCircuitBreaker, critical.DispatchMessage)
+	if err != nil {
+		return nil, err
+	}
+
+	errorQueue := recoverability.NewErrorQueue(config.Publisher, config.ErrorQueue)
+	m.poller = &poller{
+		store:     config.Store,
+		announcer: dispatcherqueue.NewPublisher(config.Publisher, config.Endpoint, 0),
+		interval:  config.PollInterval,
+		batch:     config.ClaimBatchSize,
+		lease:     config.ClaimLease,
+		fetch:     fetchBreaker,
+		dispatch:  dispatchBreaker,
+		logger:    m.logger,
+	}
+	m.poller.init()
+
+	if m.store, err = satellites.NewStore(satellites.StoreConfig{
+		Endpoint:   config.Endpoint,
+		Store:      config.Store,
+		ErrorQueue: errorQueue,
+		Breaker:    storeBreaker,
+		OnStored:   m.poller.wake,
+	}, m.logger); err != nil {
+		return nil, err
+	}
+	if m.dispatch, err = satellites.NewDispatch(satellites.DispatchConfig{
+		Endpoint:        config.Endpoint,
+		Store:           config.Store,
+		Publisher:       config.Publisher,
+		ErrorQueue:      errorQueue,
+		Breaker:         dispatchBreaker,
+		NumberOfRetries: config.NumberOfRetries,
+	}, m.logger); err != nil {
+		return nil, err
+	}
+	if m.publisher, err = NewPublisher(config.Publisher, config.Endpoint); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// AddToRouter adds the store and dispatch satellites to router. The poller runs while the store
+// satellite's subscription does: it starts when the router runs and stops when it closes.
+func (m *Manager) AddToRouter(router *message.Router) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.router != nil {
+		return fmt.Errorf("%w: the manager of %s is already added to a router", ErrInvalidConfig, m.cfg.Endpoint)
+	}
+	m.router = router
+	router.AddConsumerHandler(m.store.Name(), m.store.Queue(), &pollingSubscriber{Subscriber: m.cfg.Subscriber, m: m}, m.store.Handle)
+	router.AddConsumerHandler(m.dispatch.Name(), m.dispatch.Queue(), m.cfg.Subscriber, m.dispatch.Handle)
+	return nil
+}
+
+// Publisher returns a publisher that routes delayed messages through this endpoint's Timeouts
+// queue and publishes the others directly, on the Publisher of the Config.
+func (m *Manager) Publisher() *Publisher { return m.publisher }
+
+// Cancel deletes a pending timeout so that it is never delivered. It returns false when there
+// was nothing to cancel (already delivered, or never stored).
+func (m *Manager) Cancel(ctx context.Context, id string) (bool, error) {
+	return m.cfg.Store.Cancel(ctx, id)
+}
+
+// CancelByOwner deletes every pending timeout tagged with owner (see WithOwner).
+func (m *Manager) CancelByOwner(ctx context.Context, owner string) (int, error) {
+	return m.cfg.Store.CancelByOwner(ctx, owner)
+}
+
+// Err returns the first critical error raised, or nil.
+func (m *Manager) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.critErr == nil {
+		return nil
+	}
+	return m.critErr
+}
+
+// Done is closed when the poller has stopped after the router closed.
+func (m *Manager) Done() <-chan struct{} { return m.done }
+
+// startPoller runs the poller for as long as ctx lives. Only the first call starts it.
+func (m *Manager) startPoller(ctx context.Context) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.started {
+		return
+	}
+	m.started = true
+	go func() {
+		defer close(m.done)
+		defer func() {
+			for _, b := range m.breakers {
+				b.Stop()
+			}
+		}()
+		if !m.cfg.SkipInfrastructureSetup {
+			m.setupInfrastructure(ctx)
+		}
+		m.poller.run(ctx)
+	}()
+}
+
+// setupInfrastructure creates the store's tables, retrying under the fetch breaker while the
+// store is unreachable, so an endpoint may start before its database.
+func (m *Manager) setupInfrastructure(ctx context.Context) {
+	installer, ok := m.cfg.Store.(persistence.Installer)
+	if !ok {
+		return
+	}
+	for ctx.Err() == nil {
+		err := installer.SetupInfrastructure(ctx)
+		if err == nil {
+			m.poller.fetch.Success()
+			return
+		}
+		m.logger.Error("Setting up the store failed; retrying", err, nil)
+		m.poller.fetch.Failure(ctx, err)
+	}
+}
+
+// raise handles a critical error: it is recorded for Err, then handed to OnCriticalError or the
+// default action.
+func (m *Manager) raise(e *critical.Error) {
+	m.mu.Lock()
+	if m.critErr == nil {
+		m.critErr = e
+	}
+	router := m.router
+	m.mu.Unlock()
+
+	if m.cfg.OnCriticalError != nil {
+		go m.cfg.OnCriticalError(context.Background(), e)
+		return
+	}
+	m.logger.Error("Critical error; closing the router", e, nil)
+	if router != nil {
+		go func() {
+			if err := router.Close(); err != nil {
+				m.logger.Error("Closing the router after a critical error failed", err, nil)
+			}
+		}()
+	}
+}
+
+// pollingSubscriber starts the manager's poller when the router subscribes the store satellite,
+// with the subscription's context, so the poller lives exactly as long as the router runs it.
+type pollingSubscriber struct {
+	message.Subscriber
+	m *Manager
+}
+
+func (s *pollingSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	ch, err := s.Subscriber.Subscribe(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	s.m.startPoller(ctx)
+	return ch, nil
+}

@@ -1,0 +1,131 @@
+package timeouts
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/persistence"
+)
+
+// poller claims due timeouts and announces their ids on the dispatcher queue. It claims
+// everything due and not leased rather than keeping a watermark, so a timeout committed late is
+// never missed (NServiceBus#3500); it claims again at once after a full batch, so backlogs drain
+// at full speed; otherwise it sleeps until the next due time or PollInterval, whichever is
+// sooner, and wake wakes it early for a newly stored, earlier timeout.
+type poller struct {
+	store      persistence.Store
+	announcer  *dispatcherqueue.Publisher
+	interval   time.Duration
+	batch      int
+	lease      time.Duration
+	fetch      *critical.CircuitBreaker // storage failures
+	dispatch   *critical.CircuitBreaker // dispatcher queue failures
+	logger     watermill.LoggerAdapter
+	onAnnounce func(n int)
+
+	wakeCh chan struct{}
+	mu     sync.Mutex
+	// plannedWake is when the sleeping poller will look again; zero while it is working, when any
+	// store must wake it, because the Next it read may predate that store.
+	plannedWake time.Time
+}
+
+func (p *poller) init() {
+	p.wakeCh = make(chan struct{}, 1)
+}
+
+// wake tells the poller a timeout due at due was stored.
+func (p *poller) wake(due time.Time) {
+	p.mu.Lock()
+	planned := p.plannedWake
+	p.mu.Unlock()
+	if !planned.IsZero() && !due.Before(planned) {
+		return
+	}
+	select {
+	case p.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// run polls until ctx is done.
+func (p *poller) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		p.setPlanned(time.Time{})
+		next, ok := p.poll(ctx)
+		if !ok {
+			continue // full batch or a failure already waited: go again at once
+		}
+		p.sleepUntil(ctx, next)
+	}
+}
+
+// poll claims and announces one batch. It returns when to look again, or ok == false to look
+// again at once.
+func (p *poller) poll(ctx context.Context) (next time.Time, ok bool) {
+	now := time.Now()
+	ids, err := p.store.ClaimDue(ctx, now, p.batch, p.lease)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.logger.Error("Claiming due timeouts failed", err, nil)
+			p.fetch.Failure(ctx, err)
+		}
+		return time.Time{}, false
+	}
+	p.fetch.Success()
+	if len(ids) > 0 {
+		if err := p.announcer.PublishDue(ctx, ids); err != nil {
+			if ctx.Err() == nil {
+				p.logger.Error("Announcing due timeouts failed; they are claimed again when their lease runs out", err,
+					watermill.LogFields{"count": len(ids), "lease": p.lease})
+				p.dispatch.Failure(ctx, err)
+			}
+			return time.Time{}, false
+		}
+		if p.onAnnounce != nil {
+			p.onAnnounce(len(ids))
+		}
+		if len(ids) == p.batch {
+			return time.Time{}, false
+		}
+	}
+	limit := time.Now().Add(p.interval)
+	due, any, err := p.store.Next(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.logger.Error("Reading the next due time failed", err, nil)
+			p.fetch.Failure(ctx, err)
+		}
+		return time.Time{}, false
+	}
+	if any && due.Before(limit) {
+		return due, true
+	}
+	return limit, true
+}
+
+func (p *poller) sleepUntil(ctx context.Context, at time.Time) {
+	p.setPlanned(at)
+	d := time.Until(at)
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-p.wakeCh:
+	}
+}
+
+func (p *poller) setPlanned(at time.Time) {
+	p.mu.Lock()
+	p.plannedWake = at
+	p.mu.Unlock()
+}

@@ -1,0 +1,113 @@
+package timeouts
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/timeoutmill/timeoutmill/wire"
+)
+
+// Publisher decorates a message.Publisher: a message marked for delay (DeliverAt, DeliverAfter,
+// or Watermill's delay.Message) that is not yet due goes to the endpoint's Timeouts queue with
+// the wire.HeaderExpire and wire.HeaderDestination headers; any other message, and one already
+// due, goes straight to its topic. The caller's messages are not modified.
+type Publisher struct {
+	next     message.Publisher
+	timeouts string
+	now      func() time.Time
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher that routes delayed messages through endpoint's Timeouts
+// queue. The endpoint need not be in this process: any process running its satellites (a Manager
+// or the timeoutmill command) delivers them.
+func NewPublisher(next message.Publisher, endpoint string) (*Publisher, error) {
+	if next == nil {
+		return nil, fmt.Errorf("%w: NewPublisher needs a publisher to decorate", ErrInvalidConfig)
+	}
+	if err := wire.ValidateName("endpoint", endpoint); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return &Publisher{next: next, timeouts: wire.TimeoutsQueue(endpoint), now: time.Now}, nil
+}
+
+// PublisherDecorator returns a message.PublisherDecorator for Router.AddPublisherDecorators, so
+// that messages returned by handlers can be delayed too.
+func PublisherDecorator(endpoint string) message.PublisherDecorator {
+	return func(pub message.Publisher) (message.Publisher, error) {
+		return NewPublisher(pub, endpoint)
+	}
+}
+
+// Publish publishes messages to topic, routing the delayed ones through the Timeouts queue. A
+// message whose delay header cannot be read is an error; nothing is published then.
+func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
+	now := p.now()
+	var direct, delayed []*message.Message
+	for _, msg := range messages {
+		due, isDelayed, err := wire.Due(msg.Metadata, now)
+		if err != nil {
+			return fmt.Errorf("message %s for %s: %w", msg.UUID, topic, err)
+		}
+		if !isDelayed || !due.After(now) {
+			direct = append(direct, withoutRouting(msg))
+			continue
+		}
+		delayed = append(delayed, p.routed(msg, topic, due))
+	}
+	if len(delayed) > 0 {
+		if _, err := wire.Destination(map[string]string{wire.HeaderDestination: topic}); err != nil {
+			return fmt.Errorf("cannot delay messages for topic %q: %w", topic, err)
+		}
+		if err := p.next.Publish(p.timeouts, delayed...); err != nil {
+			return fmt.Errorf("publishing %d delayed messages for %s to %s: %w", len(delayed), topic, p.timeouts, err)
+		}
+	}
+	if len(direct) > 0 {
+		return p.next.Publish(topic, direct...)
+	}
+	return nil
+}
+
+// Close closes the decorated publisher.
+func (p *Publisher) Close() error { return p.next.Close() }
+
+// withoutRouting returns msg itself, or a copy without the timeout manager's routing headers if
+// it has any (a message already due that was marked with DeliverAt).
+func withoutRouting(msg *message.Message) *message.Message {
+	has := false
+	for k := range msg.Metadata {
+		if wire.IsRoutingHeader(k) {
+			has = true
+			break
+		}
+	}
+	if !has {
+		return msg
+	}
+	out := message.NewMessage(msg.UUID, msg.Payload)
+	out.Metadata = make(message.Metadata, len(msg.Metadata))
+	for k, v := range msg.Metadata {
+		if !wire.IsRoutingHeader(k) {
+			out.Metadata[k] = v
+		}
+	}
+	out.SetContext(msg.Context())
+	return out
+}
+
+// routed is a copy of msg addressed to the Timeouts queue.
+func (p *Publisher) routed(msg *message.Message, topic string, due time.Time) *message.Message {
+	out := message.NewMessage(msg.UUID, msg.Payload)
+	out.Metadata = make(message.Metadata, len(msg.Metadata)+2)
+	for k, v := range msg.Metadata {
+		out.Metadata[k] = v
+	}
+	out.Metadata.Set(wire.HeaderExpire, wire.FormatExpire(due))
+	out.Metadata.Set(wire.HeaderDestination, topic)
+	out.SetContext(msg.Context())
+	return out
+}
