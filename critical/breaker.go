@@ -22,6 +22,8 @@ type BreakerConfig struct {
 	RetryDelay time.Duration
 	// OnTrip receives the critical error. Required.
 	OnTrip func(*Error)
+	// OnFailure is told of every failure, for metrics. Optional.
+	OnFailure func(error)
 }
 
 func (c *BreakerConfig) setDefaults() {
@@ -75,6 +77,9 @@ func NewCircuitBreaker(cfg BreakerConfig) (*CircuitBreaker, error) {
 // Failure records a failure and then waits RetryDelay, or until ctx is done, so that the caller
 // retries at a steady pace.
 func (b *CircuitBreaker) Failure(ctx context.Context, err error) {
+	if b.cfg.OnFailure != nil {
+		b.cfg.OnFailure(err)
+	}
 	b.mu.Lock()
 	b.lastErr = err
 	if b.since.IsZero() {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/timeoutmill/timeoutmill/critical"
 	"github.com/timeoutmill/timeoutmill/persistence"
@@ -72,6 +73,10 @@ type Config struct {
 	// OnCriticalError is called once for each critical error. Defaults to logging the error and
 	// closing the router the Manager was added to; Manager.Err reports the error either way.
 	OnCriticalError critical.Action
+	// MetricsRegisterer, when set, receives the manager's Prometheus metrics (timeoutmill_*,
+	// labelled with the endpoint): stored, dispatched, early, pending, failures by stage, breaker
+	// state and a histogram of dispatch lateness. Defaults to none.
+	MetricsRegisterer prometheus.Registerer
 	// SkipInfrastructureSetup leaves the store's tables to the operator (see `timeoutmill setup`).
 	SkipInfrastructureSetup bool
 }

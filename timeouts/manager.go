@@ -29,6 +29,7 @@ type Manager struct {
 	poller    *poller
 	publisher *Publisher
 	breakers  []*critical.CircuitBreaker
+	metrics   *metrics
 
 	mu      sync.Mutex
 	router  *message.Router
@@ -52,12 +53,15 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		done:   make(chan struct{}),
 	}
 
+	var breakerNames []string
 	newBreaker := func(name string, wait time.Duration, msg string) (*critical.CircuitBreaker, error) {
 		b, err := critical.NewCircuitBreaker(critical.BreakerConfig{
 			Name: name, TimeToWait: wait, Message: msg, RetryDelay: config.RetryDelay, OnTrip: m.raise,
+			OnFailure: func(error) { m.metrics.onFailure(name) },
 		})
 		if err == nil {
 			m.breakers = append(m.breakers, b)
+			breakerNames = append(breakerNames, name)
 		}
 		return b, err
 	}
@@ -72,6 +76,10 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 	dispatchBreaker, err := newBreaker("dispatch", config.TimeToTriggerDispatchCircuitBreaker, critical.DispatchMessage)
 	if err != nil {
 		return nil, err
+	}
+
+	if m.metrics, err = newMetrics(config.MetricsRegisterer, config.Endpoint, config.Store, m.breakers, breakerNames); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 
 	errorQueue := recoverability.NewErrorQueue(config.Publisher, config.ErrorQueue)
@@ -92,7 +100,10 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		Store:      config.Store,
 		ErrorQueue: errorQueue,
 		Breaker:    storeBreaker,
-		OnStored:   m.poller.wake,
+		OnStored: func(due time.Time) {
+			m.metrics.onStored()
+			m.poller.wake(due)
+		},
 	}, m.logger); err != nil {
 		return nil, err
 	}
@@ -103,6 +114,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		ErrorQueue:      errorQueue,
 		Breaker:         dispatchBreaker,
 		NumberOfRetries: config.NumberOfRetries,
+		OnDispatched:    m.metrics.onDispatched,
 	}, m.logger); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,108 @@
+package timeouts
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/persistence"
+)
+
+// metrics are the manager's Prometheus metrics, all named timeoutmill_* and labelled with the
+// endpoint. A nil *metrics records nothing.
+type metrics struct {
+	stored     prometheus.Counter
+	dispatched prometheus.Counter
+	early      prometheus.Counter
+	lateness   prometheus.Histogram
+	failures   *prometheus.CounterVec
+}
+
+// latenessBuckets span a millisecond to ten minutes: the pipeline's own precision up to a
+// poller held back by an outage.
+var latenessBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.Store, breakers []*critical.CircuitBreaker, breakerNames []string) (*metrics, error) {
+	if reg == nil {
+		return nil, nil
+	}
+	labels := prometheus.Labels{"endpoint": endpoint}
+	m := &metrics{
+		stored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "timeoutmill_timeouts_stored_total", Help: "Delayed messages stored.", ConstLabels: labels,
+		}),
+		dispatched: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "timeoutmill_timeouts_dispatched_total", Help: "Due messages forwarded to their destination.", ConstLabels: labels,
+		}),
+		early: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "timeoutmill_timeouts_early_total", Help: "Due messages forwarded before their due time (should stay 0).", ConstLabels: labels,
+		}),
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "timeoutmill_dispatch_lateness_seconds", Help: "Time from a message's due time to its forwarding.",
+			ConstLabels: labels, Buckets: latenessBuckets,
+		}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "timeoutmill_failures_total", Help: "Failures by stage (fetch, store, dispatch).", ConstLabels: labels,
+		}, []string{"stage"}),
+	}
+	collectors := []prometheus.Collector{m.stored, m.dispatched, m.early, m.lateness, m.failures}
+	for i, b := range breakers {
+		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "timeoutmill_circuit_breaker_armed", Help: "1 while a stage is failing and its breaker counts down to a critical error.",
+			ConstLabels: prometheus.Labels{"endpoint": endpoint, "breaker": breakerNames[i]},
+		}, func() float64 { return boolGauge(b.Armed()) }))
+	}
+	if inspector, ok := store.(persistence.Inspector); ok {
+		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "timeoutmill_timeouts_pending", Help: "Timeouts in the store (-1 when the store cannot be read).", ConstLabels: labels,
+		}, func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			st, err := inspector.Stats(ctx)
+			if err != nil {
+				return -1
+			}
+			return float64(st.Pending)
+		}))
+	}
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) onStored() {
+	if m != nil {
+		m.stored.Inc()
+	}
+}
+
+func (m *metrics) onDispatched(t persistence.Timeout, at time.Time) {
+	if m == nil {
+		return
+	}
+	m.dispatched.Inc()
+	late := at.Sub(t.Due)
+	if late < 0 {
+		m.early.Inc()
+		late = 0
+	}
+	m.lateness.Observe(late.Seconds())
+}
+
+func (m *metrics) onFailure(stage string) {
+	if m != nil {
+		m.failures.WithLabelValues(stage).Inc()
+	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

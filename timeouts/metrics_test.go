@@ -1,0 +1,54 @@
+package timeouts_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/timeoutmill/timeoutmill/persistence/memory"
+	"github.com/timeoutmill/timeoutmill/timeouts"
+)
+
+func TestMetricsCountStoredDispatchedAndLateness(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	b := setup(t, memory.New(), func(c *timeouts.Config) { c.MetricsRegisterer = reg })
+	delivered := subscribe(t, b.pubSub, "metered")
+
+	for range 3 {
+		msg := message.NewMessage(watermill.NewUUID(), nil)
+		timeouts.DeliverAfter(msg, 100*time.Millisecond)
+		require.NoError(t, b.manager.Publisher().Publish("metered", msg))
+	}
+	for range 3 {
+		await(t, delivered, 5*time.Second)
+	}
+	dispatched := `
+# HELP timeoutmill_timeouts_dispatched_total Due messages forwarded to their destination.
+# TYPE timeoutmill_timeouts_dispatched_total counter
+timeoutmill_timeouts_dispatched_total{endpoint="orders"} 3
+`
+	require.Eventually(t, func() bool {
+		return testutil.GatherAndCompare(reg, strings.NewReader(dispatched), "timeoutmill_timeouts_dispatched_total") == nil
+	}, 5*time.Second, 10*time.Millisecond)
+
+	expected := `
+# HELP timeoutmill_timeouts_stored_total Delayed messages stored.
+# TYPE timeoutmill_timeouts_stored_total counter
+timeoutmill_timeouts_stored_total{endpoint="orders"} 3
+# HELP timeoutmill_timeouts_early_total Due messages forwarded before their due time (should stay 0).
+# TYPE timeoutmill_timeouts_early_total counter
+timeoutmill_timeouts_early_total{endpoint="orders"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
+		"timeoutmill_timeouts_stored_total", "timeoutmill_timeouts_early_total"))
+	n, err := testutil.GatherAndCount(reg, "timeoutmill_dispatch_lateness_seconds", "timeoutmill_timeouts_pending", "timeoutmill_circuit_breaker_armed")
+	require.NoError(t, err)
+	require.Equal(t, 1+1+3, n, "lateness histogram, pending gauge, one armed gauge per breaker")
+}
