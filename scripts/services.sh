@@ -306,7 +306,7 @@ postgres_up() {
 		local try
 		for try in 1 2 3 4 5; do
 			if timed "postgres: start (try $try)" as_postgres "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 \
-				-o "-c listen_addresses=127.0.0.1 -p $POSTGRES_PORT -c unix_socket_directories=$PG_DIR" start >/dev/null 2>>"$PG_DIR/pg_ctl.log" 9>&-; then
+				-o "-c listen_addresses=127.0.0.1 -p $POSTGRES_PORT -c unix_socket_directories=$PG_DIR -c max_connections=300" start >/dev/null 2>>"$PG_DIR/pg_ctl.log" 9>&-; then
 				break
 			fi
 			[ "$try" -lt 5 ] || {
@@ -371,7 +371,7 @@ mariadb_up() {
 			port_in_use "$MARIADB_PORT" && die "mariadb: port $MARIADB_PORT is taken by a process this script did not start"
 			nohup mariadbd --no-defaults --user=mysql --datadir="$MARIADB_DIR/data" --socket="$MARIADB_DIR/mysqld.sock" \
 				--pid-file="$MARIADB_DIR/mariadbd.pid" --port="$MARIADB_PORT" --bind-address=127.0.0.1 \
-				--log-error="$MARIADB_DIR/error.log" --skip-name-resolve >"$MARIADB_DIR/stdout.log" 2>&1 </dev/null 9>&- &
+				--log-error="$MARIADB_DIR/error.log" --skip-name-resolve --max-connections=500 >"$MARIADB_DIR/stdout.log" 2>&1 </dev/null 9>&- &
 			pid=$!
 			echo "$pid" >"$MARIADB_DIR/server.pid"
 			log "mariadb: started pid $pid on 127.0.0.1:$MARIADB_PORT"
