@@ -1,0 +1,37 @@
+// Package postgres is the persistence.Store on PostgreSQL: timeouts in one table, shared safely
+// by any number of endpoint instances, through database/sql and the pgx driver
+// (github.com/jackc/pgx/v5/stdlib).
+//
+//	store, err := postgres.Open(ctx, postgres.Config{
+//		DSN:      "postgres://timeoutmill@db.internal/app",
+//		Endpoint: "orders",
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer store.Close()
+//	if err := store.SetupInfrastructure(ctx); err != nil { // timeouts.Manager does this too
+//		return err
+//	}
+//
+// The table defaults to "public"."orders.timeouts" (the NServiceBus name). Schema and table
+// names are validated and always quoted, so any name is safe and none is pasted into SQL raw.
+// SetupInfrastructure creates the schema, the table and its indexes when they are missing, under
+// an advisory lock so that instances starting together do not race; when they all exist it only
+// looks, so a user without the right to create tables can run a store a DBA set up.
+//
+// Each claim is one statement: the due rows are picked earliest first with FOR UPDATE SKIP
+// LOCKED and their available_at is moved to the end of the lease, so concurrent pollers never
+// wait for each other nor get the same timeout, and a lost claim is recovered when its lease runs
+// out. No watermark is kept, so a timeout committed late is still found (NServiceBus#3500). All
+// times come from the caller (ClaimDue's now), never from the database clock.
+//
+// Due times are kept as timestamptz, to the microsecond (rounded up, so nothing is delivered
+// early); payloads and headers byte for byte (bytea; headers in persistence.EncodeMetadata's
+// format). Ids, destinations and owners are text: they must be valid UTF-8 without NUL bytes, or
+// Store returns persistence.ErrInvalidTimeout.
+//
+// Use New to run the store on a *sql.DB of your own (opened with the "pgx" driver, or with
+// stdlib.OpenDBFromPool on a pgxpool.Pool). pgx prepares and caches statements per connection;
+// behind PgBouncer in transaction mode, add default_query_exec_mode=simple_protocol to the DSN.
+package postgres
