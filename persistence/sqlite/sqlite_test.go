@@ -28,19 +28,6 @@ func TestStore(t *testing.T) {
 	})
 }
 
-func TestStoreSynchronousFull(t *testing.T) {
-	t.Parallel()
-	storetest.Run(t, func(t *testing.T) persistence.Store {
-		store, err := sqlite.Open(t.Context(), sqlite.Config{
-			Path:        filepath.Join(t.TempDir(), "timeouts.db"),
-			Endpoint:    "orders",
-			Synchronous: "full",
-		})
-		require.NoError(t, err)
-		return store
-	})
-}
-
 // TestStoreOnCallersDB runs the suite on a store made by New, whose *sql.DB serves reads and
 // writes alike.
 func TestStoreOnCallersDB(t *testing.T) {

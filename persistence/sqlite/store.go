@@ -209,7 +209,7 @@ func (s *Store) claim(ctx context.Context, db execer, now, until int64, limit in
 		return nil, err
 	}
 	defer rows.Close()
-	claims := make([]claim, 0, limit)
+	claims := make([]claim, 0, min(limit, 1000))
 	for rows.Next() {
 		var c claim
 		if err := rows.Scan(&c.id, &c.due); err != nil {
