@@ -1,0 +1,31 @@
+# timeoutmill — `make help` lists the targets.
+GO          ?= go
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
+SERVICES    := scripts/services.sh
+
+.DEFAULT_GOAL := help
+.PHONY: help run test test-short lint up down
+
+help: ## List the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+run: ## The quick start: GoChannel + embedded SQLite, no server needed (~6 s)
+	$(GO) run ./examples/quickstart
+
+test: ## Every test, with -race, against real RabbitMQ, PostgreSQL and MariaDB that it installs and starts
+	scripts/test.sh
+
+test-short: ## Unit tests only, no servers (tests needing one say they were skipped)
+	$(GO) test -short -race -count=1 ./...
+
+lint: ## gofmt, go vet and staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+up: ## Install and start the test servers on loopback (idempotent)
+	$(SERVICES) up
+
+down: ## Stop the test servers
+	$(SERVICES) down
