@@ -1,0 +1,94 @@
+package mysql
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// Config configures a Store. Set Endpoint or Table; Open also needs DSN.
+type Config struct {
+	// DSN is the go-sql-driver/mysql data source name Open connects with, such as
+	// "user:password@tcp(127.0.0.1:3306)/database". It must name a database. New ignores it.
+	DSN string
+
+	// Endpoint is the name of the endpoint whose timeouts the store keeps. It names the table
+	// when Table is empty.
+	Endpoint string
+
+	// Table is the table the timeouts are kept in, in the DSN's database. Defaults to
+	// "<Endpoint>.timeouts", the NServiceBus name, as one quoted identifier. Any name MariaDB can
+	// hold is safe (at most 64 characters of the Basic Multilingual Plane, no NUL, not ending in a
+	// space): it is quoted, never pasted into SQL raw. MariaDB also keeps each table in a file
+	// named after it, where a character other than an ASCII letter, digit or _ takes 3 to 5
+	// bytes; SetupInfrastructure fails with "File name too long" past 255.
+	Table string
+
+	// MaxOpenConns bounds the connections Open's pool keeps to the server. Defaults to 10. New
+	// ignores it: the caller's *sql.DB keeps its own limits.
+	MaxOpenConns int
+}
+
+const (
+	defaultMaxOpenConns = 10
+	// maxIdentifierLength is MariaDB's and MySQL's limit for a table name, in characters.
+	maxIdentifierLength = 64
+)
+
+func (c *Config) setDefaults() {
+	c.Table = c.table()
+	if c.MaxOpenConns == 0 {
+		c.MaxOpenConns = defaultMaxOpenConns
+	}
+}
+
+// table is Table, or the default made from Endpoint.
+func (c Config) table() string {
+	if c.Table == "" && c.Endpoint != "" {
+		return c.Endpoint + ".timeouts"
+	}
+	return c.Table
+}
+
+// Validate reports what is wrong with c. Empty fields are valid where they have defaults.
+func (c Config) Validate() error {
+	var errs []error
+	if table := c.table(); table == "" {
+		errs = append(errs, errors.New("Endpoint or Table must be set"))
+	} else if err := validateTable(table); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MaxOpenConns < 0 {
+		errs = append(errs, fmt.Errorf("MaxOpenConns cannot be negative (%d)", c.MaxOpenConns))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("mysql: invalid config: %w", err)
+	}
+	return nil
+}
+
+// validateTable refuses the names MariaDB and MySQL cannot hold, with a message that says why
+// rather than the server's "Incorrect table name".
+func validateTable(table string) error {
+	switch {
+	case !utf8.ValidString(table):
+		return fmt.Errorf("Table %q is not valid UTF-8", table)
+	case utf8.RuneCountInString(table) > maxIdentifierLength:
+		return fmt.Errorf("Table %q is longer than %d characters, MariaDB's limit for a name (with the default Table, "+
+			"Endpoint may have at most %d)", table, maxIdentifierLength, maxIdentifierLength-len(".timeouts"))
+	case strings.ContainsRune(table, 0):
+		return fmt.Errorf("Table %q contains a NUL character", table)
+	case strings.HasSuffix(table, " "):
+		return fmt.Errorf("Table %q ends with a space, which MariaDB does not allow", table)
+	case strings.IndexFunc(table, func(r rune) bool { return r > 0xFFFF }) >= 0:
+		return fmt.Errorf("Table %q has a character outside the Basic Multilingual Plane (an emoji?), "+
+			"which MariaDB names cannot hold", table)
+	}
+	return nil
+}
+
+// quoteIdent quotes name as a MariaDB/MySQL identifier, doubling any backtick inside it.
+func quoteIdent(name string) string {
+	return "`" + strings.ReplaceAll(name, "`", "``") + "`"
+}

@@ -1,0 +1,39 @@
+// Package mysql is the persistence.Store on MariaDB (10.6 or later) and MySQL (8.0 or later):
+// timeouts in one InnoDB table, shared safely by any number of endpoint instances, through
+// database/sql and github.com/go-sql-driver/mysql.
+//
+//	store, err := mysql.Open(ctx, mysql.Config{
+//		DSN:      "timeoutmill:secret@tcp(db.internal:3306)/app",
+//		Endpoint: "orders",
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer store.Close()
+//	if err := store.SetupInfrastructure(ctx); err != nil { // timeouts.Manager does this too
+//		return err
+//	}
+//
+// The table defaults to `orders.timeouts` (the NServiceBus name) in the DSN's database. Table
+// names are validated and always quoted with backticks, so any name MariaDB can hold is safe and
+// none is pasted into SQL raw. SetupInfrastructure creates the table when it is missing; when it
+// exists it only looks, so a user without the right to create tables can run a store a DBA set
+// up.
+//
+// A claim is one short READ COMMITTED transaction: the earliest claimable rows are locked with
+// SELECT ... FOR UPDATE SKIP LOCKED on the available_at index, then moved to the end of the
+// lease, so concurrent pollers never wait for each other nor get the same timeout, and a lost
+// claim is recovered when its lease runs out. No watermark is kept, so a timeout committed late
+// is still found (NServiceBus#3500). All times come from the caller (ClaimDue's now), never from
+// the database clock.
+//
+// Due times are kept as UTC DATETIME(6), to the microsecond (rounded up, so nothing is delivered
+// early), between the years 1000 and 9999. Times are sent and read as text, so the DSN's
+// parseTime and loc and the session's time_zone change nothing. Ids, destinations and owners are
+// binary strings (compared byte for byte, case and trailing spaces included), payloads and
+// headers are kept byte for byte (headers in persistence.EncodeMetadata's format). A payload
+// must fit in the server's max_allowed_packet (16 MiB by default on MariaDB).
+//
+// Use New to run the store on a *sql.DB of your own opened with the "mysql" driver; any DSN
+// options work.
+package mysql
