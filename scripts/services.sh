@@ -382,11 +382,11 @@ mariadb_up() {
 				die "mariadb did not start"
 			}
 	fi
-	# The tests create a database of their own per test, so the user gets every privilege.
+	# The tests create a database (and users) of their own per test, so the user gets every privilege.
 	mariadb_sql <<-SQL
 		CREATE DATABASE IF NOT EXISTS \`$DB_NAME\`;
 		CREATE USER IF NOT EXISTS '$MARIADB_USER'@'127.0.0.1' IDENTIFIED BY '$MARIADB_PASSWORD';
-		GRANT ALL PRIVILEGES ON *.* TO '$MARIADB_USER'@'127.0.0.1';
+		GRANT ALL PRIVILEGES ON *.* TO '$MARIADB_USER'@'127.0.0.1' WITH GRANT OPTION;
 	SQL
 	log "mariadb: up (port $MARIADB_PORT, database $DB_NAME, user $MARIADB_USER)"
 }
