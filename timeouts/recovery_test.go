@@ -1,0 +1,88 @@
+package timeouts_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/persistence/sqlite"
+	"github.com/timeoutmill/timeoutmill/timeouts"
+)
+
+func openSQLite(t *testing.T, path string) *sqlite.Store {
+	t.Helper()
+	store, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Endpoint: endpoint})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	return store
+}
+
+// A poller that claimed ids and died before announcing them (or whose dispatcher messages were
+// lost with a non-durable broker) leaves claims behind; they are delivered once the lease runs out.
+func TestClaimLostInACrashIsRecoveredWhenItsLeaseRunsOut(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "timeouts.db")
+	ctx := context.Background()
+
+	crashed := openSQLite(t, path)
+	_, err := crashed.Store(ctx, persistence.Timeout{
+		ID: "lost-in-crash", Destination: "recovered", Due: time.Now().Add(-time.Second),
+		Payload: []byte("still here"), Metadata: map[string]string{"k": "v"},
+	})
+	require.NoError(t, err)
+	lease := 1500 * time.Millisecond
+	claimedAt := time.Now()
+	ids, err := crashed.ClaimDue(ctx, claimedAt, 10, lease)
+	require.NoError(t, err)
+	require.Equal(t, []string{"lost-in-crash"}, ids)
+	require.NoError(t, crashed.Close()) // the process dies; nothing was announced
+
+	b := setup(t, openSQLite(t, path), func(c *timeouts.Config) { c.ClaimLease = lease })
+	delivered := subscribe(t, b.pubSub, "recovered")
+	got := await(t, delivered, 10*time.Second)
+	require.Equal(t, "lost-in-crash", got.msg.UUID)
+	require.Equal(t, "still here", string(got.msg.Payload))
+	require.Equal(t, "v", got.msg.Metadata.Get("k"))
+	require.GreaterOrEqual(t, got.at.Sub(claimedAt), lease, "not handed out again while the lease runs")
+	requireNothing(t, delivered, 500*time.Millisecond)
+}
+
+func TestPipelineOnSQLiteSurvivesRestartMidFlight(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "timeouts.db")
+
+	first := setup(t, openSQLite(t, path), nil)
+	beforeStop := subscribe(t, first.pubSub, "mid-flight")
+	want := map[string]bool{}
+	for i := range 50 {
+		msg := message.NewMessage(watermill.NewUUID(), nil)
+		timeouts.DeliverAfter(msg, time.Duration(300+20*i)*time.Millisecond)
+		require.NoError(t, first.manager.Publisher().Publish("mid-flight", msg))
+		want[msg.UUID] = true
+	}
+	require.Eventually(t, func() bool {
+		st, err := first.store.(persistence.Inspector).Stats(context.Background())
+		return err == nil && st.Pending == len(want)
+	}, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, first.router.Close()) // some due, most not yet
+	<-first.manager.Done()
+	require.NoError(t, first.store.Close())
+
+	for len(beforeStop) > 0 { // delivered before the stop, if the machine was slow
+		delete(want, (<-beforeStop).msg.UUID)
+	}
+
+	second := setup(t, openSQLite(t, path), func(c *timeouts.Config) { c.ClaimLease = time.Second })
+	delivered := subscribe(t, second.pubSub, "mid-flight")
+	for len(want) > 0 {
+		got := await(t, delivered, 10*time.Second)
+		require.True(t, want[got.msg.UUID], "unexpected or duplicate %s", got.msg.UUID)
+		delete(want, got.msg.UUID)
+	}
+}
