@@ -1,0 +1,106 @@
+package amqptransport
+
+import (
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	c := Config{URL: "amqp://guest:guest@127.0.0.1:5672/"}
+	c.setDefaults()
+	require.NoError(t, c.Validate())
+	require.Equal(t, DefaultConnectionName, c.ConnectionName)
+	require.Equal(t, DefaultChannelPoolSize, c.ChannelPoolSize)
+	require.Equal(t, DefaultPrefetchCount, c.PrefetchCount)
+	require.Equal(t, DefaultDialTimeout, c.DialTimeout)
+	require.NotNil(t, c.Reconnect)
+	require.Equal(t, 5*time.Second, c.Reconnect.BackoffMaxInterval)
+
+	wc := c.watermillConfig(topology{})
+	require.True(t, wc.Publish.ConfirmDelivery, "publisher confirms are always on")
+	require.Equal(t, 8, wc.Publish.ChannelPoolSize)
+	require.Equal(t, 16, wc.Consume.Qos.PrefetchCount)
+	require.True(t, wc.Queue.Durable)
+	require.Equal(t, "orders.Timeouts", wc.Queue.GenerateName("orders.Timeouts"), "queues are named exactly as the topic")
+	require.Equal(t, "", wc.Exchange.GenerateName("orders.Timeouts"), "the default exchange")
+	require.Equal(t, "orders.Timeouts", wc.Publish.GenerateRoutingKey("orders.Timeouts"))
+	require.False(t, wc.Consume.NoRequeueOnNack, "a nacked message is requeued, not dropped")
+
+	cc := c.connectionConfig("publisher")
+	require.Equal(t, "timeoutmill publisher", cc.AmqpConfig.Properties["connection_name"])
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		config Config
+		want   string
+	}{
+		"no URL":           {Config{}, "URL is required"},
+		"bad scheme":       {Config{URL: "http://u:hunter2@host/"}, "URL http://u:xxxxx@host/"},
+		"negative pool":    {Config{URL: "amqp://h/", ChannelPoolSize: -1}, "ChannelPoolSize must be positive"},
+		"negative fetch":   {Config{URL: "amqp://h/", PrefetchCount: -1}, "PrefetchCount must be positive"},
+		"huge prefetch":    {Config{URL: "amqp://h/", PrefetchCount: 70000}, "at most 65535"},
+		"negative timeout": {Config{URL: "amqp://h/", DialTimeout: -time.Second}, "DialTimeout must be positive"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := tc.config
+			c.setDefaults()
+			err := c.Validate()
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), "hunter2")
+		})
+	}
+}
+
+func TestUnparsableURLNeverShowsItsPassword(t *testing.T) {
+	t.Parallel()
+	// An unencoded '#' in the password makes url.Parse fail, and its error quotes the URL.
+	raw := "amqp://user:s3cr#t:pa%ss@rabbit.example:5672/vhost"
+	_, perr := url.Parse(raw)
+	require.Error(t, perr)
+	require.Contains(t, perr.Error(), "s3cr", "url.Parse does quote the URL: it must be redacted")
+
+	c := Config{URL: raw}
+	c.setDefaults()
+	err := c.Validate()
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.NotContains(t, err.Error(), "s3cr")
+	require.NotContains(t, err.Error(), "pa%ss")
+	var urlErr *url.Error
+	require.True(t, errors.As(err, &urlErr), "the cause stays reachable: %v", err)
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"amqp://guest:guest@127.0.0.1:5682/":        "amqp://guest:xxxxx@127.0.0.1:5682/",
+		"amqps://u:p%40ss@host/vh":                  "amqps://u:xxxxx@host/vh",
+		"amqp://host:5672/":                         "amqp://host:5672/",
+		"amqp://user@host/":                         "amqp://user@host/",
+		"amqp://user:pa#ss@host/":                   "amqp://user:xxxxx@host/",
+		"amqp://user:pa/ss@host/vhost":              "amqp://user:xxxxx@host/vhost",
+		"postgres://u:secret@db:5432/x?ssl=disable": "postgres://u:xxxxx@db:5432/x?ssl=disable",
+	} {
+		got := Redact(in)
+		require.Equal(t, want, got, in)
+	}
+}
+
+func TestRedactError(t *testing.T) {
+	t.Parallel()
+	cause := errors.New(`dial "amqp://u:topsecret@h/": refused; password topsecret`)
+	err := redactError(cause, "amqp://u:topsecret@h/")
+	require.ErrorIs(t, err, cause)
+	require.False(t, strings.Contains(err.Error(), "topsecret"), err.Error())
+	require.Nil(t, redactError(nil, "amqp://u:p@h/"))
+	require.Same(t, cause, redactError(cause, "amqp://h/"), "nothing to hide")
+}

@@ -1,0 +1,50 @@
+// Package amqptransport runs timeoutmill over RabbitMQ (any AMQP 0-9-1 broker): a Watermill
+// Publisher and Subscriber built on watermill-amqp v3 with the settings the timeout manager
+// needs, a marshaler that accepts what producers other than Watermill send, and the installers
+// that declare an endpoint's queues.
+//
+//	pub, sub, err := amqptransport.New(amqptransport.Config{URL: "amqp://guest:guest@localhost:5672/"}, logger)
+//	if err != nil {
+//		return err
+//	}
+//	defer pub.Close()
+//	if err := pub.DeclareEndpoint(ctx, "orders", ""); err != nil { // orders.Timeouts, orders.TimeoutsDispatcher, error
+//		return err
+//	}
+//	manager, err := timeouts.NewManager(timeouts.Config{
+//		Endpoint: "orders", Store: store, Publisher: pub, Subscriber: sub,
+//	}, logger)
+//
+// # Topology
+//
+// Every topic is a durable queue of the same name on the default exchange: orders.Timeouts,
+// orders.TimeoutsDispatcher, error, and each destination. Queues give each message to one
+// consumer, so several instances of an endpoint share its satellite queues. Messages are
+// persistent and every publish waits for the broker's publisher confirm.
+//
+// # Never into the void
+//
+// RabbitMQ silently drops a message published to the default exchange for a queue that does not
+// exist. The Publisher therefore declares a topic's queue before its first publish to it on each
+// connection (a passive declaration first, so an existing queue of any type or arguments is used
+// as it is; a missing one is created durable), and remembers it until the connection is replaced.
+// A queue that cannot be declared makes Publish fail, which the dispatch satellite counts as a
+// failed forward. Publishing mandatory with returns handled was the alternative: watermill-amqp's
+// publisher neither listens for returns nor exposes its channels to do so, and with confirms
+// alone an unroutable mandatory message is still acked; declaring also makes the destination
+// exist for a consumer that starts later, which a returned message would not.
+//
+// # Producers that are not Watermill
+//
+// Marshaler never fails to read a message: non-string headers become strings, headers the broker
+// adds (x-death and its kin) are dropped, and a message without Watermill's UUID header takes its
+// AMQP message-id as UUID. See Marshaler for the exact rules.
+//
+// # Reconnection
+//
+// The Publisher and the Subscriber each own a connection, named "<ConnectionName> publisher" and
+// "<ConnectionName> subscriber" on the broker. watermill-amqp reconnects them with backoff
+// (Config.Reconnect) whenever the broker closes them, as on a restart; subscriptions resume,
+// and a Publish during the outage fails at once (the dispatch satellite retries it). Creating a
+// Publisher or Subscriber needs the broker to be reachable at that moment.
+package amqptransport

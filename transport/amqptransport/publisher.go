@@ -1,0 +1,162 @@
+package amqptransport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/timeoutmill/timeoutmill/wire"
+)
+
+// ErrInvalidTopic is returned for a topic that cannot name a queue.
+var ErrInvalidTopic = errors.New("amqptransport: invalid topic")
+
+// maxQueueName is AMQP's limit on a queue name (a short string).
+const maxQueueName = 255
+
+// Publisher publishes Watermill messages to durable queues named as their topics, on a connection
+// of its own, with publisher confirms: Publish returns once the broker has taken responsibility
+// for every message (written it to disk, for these persistent messages on durable queues).
+//
+// Before the first publish to a topic on a connection it makes sure the topic's queue exists,
+// creating it durable if not: RabbitMQ silently drops a message published for a queue that does
+// not exist, and a due message must never be published into the void. A queue that cannot be
+// declared (a reserved amq.* name, no permission) makes Publish fail, so the dispatch satellite
+// counts a failed forward and, past its retries, moves the message to the error queue.
+type Publisher struct {
+	conn     *wamqp.ConnectionWrapper
+	pub      *wamqp.Publisher
+	declarer *declarer
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// NewPublisher connects to the broker and returns a Publisher. It fails when the broker cannot be
+// reached now; once connected, it reconnects by itself whenever the connection is lost.
+func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, error) {
+	config.setDefaults()
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	logger = withBroker(logger, config)
+	conn, err := connect(config, "publisher", logger)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := wamqp.NewPublisherWithConnection(config.watermillConfig(&wamqp.DefaultTopologyBuilder{}), logger, conn)
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("amqptransport: creating the publisher on %s: %w", Redact(config.URL), redactError(err, config.URL))
+	}
+	return &Publisher{conn: conn, pub: pub, declarer: newDeclarer(conn, config.QueueArguments)}, nil
+}
+
+// Publish publishes messages, in order, to the queue named topic, declaring it first if this
+// connection has not declared it yet. It returns when the broker has confirmed every message.
+// While the connection is down (a broker restart), it fails at once; watermill-amqp reconnects
+// meanwhile.
+func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
+	if err := validateTopic(topic); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	if len(messages) > 0 && messages[0].Context() != nil {
+		ctx = messages[0].Context()
+	}
+	if err := p.declarer.ensure(ctx, false, topic); err != nil {
+		return fmt.Errorf("amqptransport: publishing to %q: %w", topic, err)
+	}
+	if err := p.pub.Publish(topic, messages...); err != nil {
+		return fmt.Errorf("amqptransport: publishing %d message(s) to %q: %w", len(messages), topic, err)
+	}
+	return nil
+}
+
+// DeclareEndpoint declares the queues of endpoint's timeout manager, Endpoint.Timeouts and
+// Endpoint.TimeoutsDispatcher, and the error queue ("" means wire.DefaultErrorQueue): the
+// installers. Queues that exist are left as they are, so it is idempotent. It asks the broker
+// each time, even for queues this Publisher declared before.
+func (p *Publisher) DeclareEndpoint(ctx context.Context, endpoint, errorQueue string) error {
+	if err := wire.ValidateName("endpoint", endpoint); err != nil {
+		return fmt.Errorf("amqptransport: %w", err)
+	}
+	if errorQueue == "" {
+		errorQueue = wire.DefaultErrorQueue
+	}
+	if err := wire.ValidateName("error queue", errorQueue); err != nil {
+		return fmt.Errorf("amqptransport: %w", err)
+	}
+	return p.DeclareQueues(ctx, wire.TimeoutsQueue(endpoint), wire.DispatcherQueue(endpoint), errorQueue)
+}
+
+// DeclareQueues makes sure each queue exists, creating missing ones durable, as Publish does
+// before its first message to a topic (an application may declare its destinations up front).
+func (p *Publisher) DeclareQueues(ctx context.Context, queues ...string) error {
+	for _, q := range queues {
+		if err := validateTopic(q); err != nil {
+			return err
+		}
+	}
+	if err := p.declarer.ensure(ctx, true, queues...); err != nil {
+		return fmt.Errorf("amqptransport: %w", err)
+	}
+	return nil
+}
+
+// Close waits for publishes in flight and closes the connection. It is safe to call more than
+// once.
+func (p *Publisher) Close() error {
+	p.closeOnce.Do(func() {
+		err := p.pub.Close()
+		p.closeErr = errors.Join(err, p.conn.Close())
+	})
+	return p.closeErr
+}
+
+func validateTopic(topic string) error {
+	switch {
+	case topic == "":
+		// The default exchange would drop it, and declaring "" asks for a server-named queue.
+		return fmt.Errorf("%w: the topic is empty", ErrInvalidTopic)
+	case len(topic) > maxQueueName:
+		return fmt.Errorf("%w: %q is longer than AMQP's %d bytes", ErrInvalidTopic, topic, maxQueueName)
+	}
+	return nil
+}
+
+// connect opens the connection of one role; watermill-amqp reconnects it by itself.
+func connect(config Config, role string, logger watermill.LoggerAdapter) (*wamqp.ConnectionWrapper, error) {
+	conn, err := wamqp.NewConnection(config.connectionConfig(role), logger)
+	if err != nil {
+		return nil, fmt.Errorf("amqptransport: connecting the %s to %s: %w", role, Redact(config.URL), redactError(err, config.URL))
+	}
+	return conn, nil
+}
+
+func withBroker(logger watermill.LoggerAdapter, config Config) watermill.LoggerAdapter {
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return logger.With(watermill.LogFields{"broker": Redact(config.URL)})
+}
+
+// watermillConfig is the watermill-amqp configuration: a durable queue per topic on the default
+// exchange, persistent messages, publisher confirms, a channel pool, and this package's marshaler.
+func (c Config) watermillConfig(topology wamqp.TopologyBuilder) wamqp.Config {
+	wc := wamqp.NewDurableQueueConfig(c.URL)
+	wc.Marshaler = Marshaler{}
+	wc.Queue.Arguments = c.QueueArguments
+	wc.Publish.ChannelPoolSize = c.ChannelPoolSize
+	wc.Publish.ConfirmDelivery = true
+	wc.Consume.Qos.PrefetchCount = c.PrefetchCount
+	wc.TopologyBuilder = topology
+	return wc
+}
