@@ -40,6 +40,24 @@ const (
 	HeaderFailureTime = "failure.time"
 	// HeaderFailureAttempts counts the attempts made before giving up.
 	HeaderFailureAttempts = "failure.attempts"
+	// HeaderFailureDelayedRetries counts the delayed retries a message had before it was moved to
+	// the error queue.
+	HeaderFailureDelayedRetries = "failure.delayed_retries"
+
+	// HeaderRetryIgnoreUntil says a message waiting for a delayed retry must not be handled
+	// before this time (Shuttle's IgnoreTillDate): RFC 3339 in UTC, fractional seconds allowed.
+	// Whoever receives it earlier moves it to its own deferred queue.
+	HeaderRetryIgnoreUntil = "retry.ignore_until"
+	// HeaderRetryAttempts counts the handler calls made for a message so far, all of them failed
+	// (a decimal integer).
+	HeaderRetryAttempts = "retry.attempts"
+	// HeaderRetryDelayedRetries counts the delayed retries a message has had so far (a decimal
+	// integer); it picks the next DurationToIgnoreOnFailure entry.
+	HeaderRetryDelayedRetries = "retry.delayed_retries"
+	// HeaderRetryDeferredPass marks a message put back on a deferred queue with the pass of the
+	// queue's processor that put it there, so the pass knows when it has come full circle. It is
+	// removed when the message returns to its work queue.
+	HeaderRetryDeferredPass = "retry.deferred_pass"
 )
 
 // DefaultErrorQueue is the error queue used when none is configured.
