@@ -33,6 +33,9 @@ type DispatchConfig struct {
 	// NumberOfRetries is how many times forwarding a due message is retried after its first
 	// failed attempt before it goes to the error queue: 0 means one attempt in all.
 	NumberOfRetries int
+	// RecoveryBreaker counts failures to record a failed forwarding attempt
+	// (MaximumRecoveryFailuresPerSecond). Optional.
+	RecoveryBreaker *critical.RateBreaker
 	// OnDispatched is told of each timeout delivered and when. Optional (metrics use it).
 	OnDispatched func(t persistence.Timeout, deliveredAt time.Time)
 }
@@ -96,6 +99,9 @@ func (d *Dispatch) Handle(msg *message.Message) error {
 		d.logger.Debug("Timeout already dispatched or cancelled", watermill.LogFields{"timeout_id": id})
 		return nil
 	}
+	if errors.Is(err, persistence.ErrCorruptMetadata) {
+		return d.unreadable(msg, id, err)
+	}
 	if err != nil {
 		d.cfg.Breaker.Failure(ctx, err)
 		return fmt.Errorf("looking up timeout %s: %w", id, err)
@@ -123,6 +129,11 @@ func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, ou
 	d.logger.Error("Forwarding due message failed", cause, fields)
 	found, err := d.cfg.Store.IncrementFailureCount(ctx, t.ID)
 	if err != nil {
+		// Neither lost nor moved on: the attempt was not counted, so the message is nacked and
+		// tried again. Failing this way too often is a critical error of its own.
+		if d.cfg.RecoveryBreaker != nil {
+			d.cfg.RecoveryBreaker.Failure(err)
+		}
 		d.cfg.Breaker.Failure(ctx, err)
 		return fmt.Errorf("recording failed forward of timeout %s (%v): %w", t.ID, cause, err)
 	}
@@ -144,6 +155,21 @@ func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, ou
 		return err
 	}
 	d.remove(msg, t.ID)
+	return nil
+}
+
+// unreadable handles a timeout the store holds but cannot read back (its stored headers are
+// corrupt): every attempt would fail the same way, so rather than retry it forever the
+// dispatcher message, which carries its id, goes to the error queue with the reason, and the
+// timeout leaves the store. An operator can still look for the row by that id in a backup.
+func (d *Dispatch) unreadable(msg *message.Message, id string, cause error) error {
+	reason := fmt.Sprintf("timeout %s cannot be read from the store and was removed from it: %v", id, cause)
+	d.logger.Error("Stored timeout is unreadable; moving its id to the error queue", cause,
+		watermill.LogFields{"timeout_id": id, "error_queue": d.cfg.ErrorQueue.Topic()})
+	if err := d.cfg.ErrorQueue.Send(msg, recoverability.Failure{Reason: reason, Queue: d.queue, Handler: d.Name(), Attempts: 1}); err != nil {
+		return err
+	}
+	d.remove(msg, id)
 	return nil
 }
 
