@@ -24,6 +24,7 @@ const (
 	DefaultTimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages = 2 * time.Minute
 	DefaultTimeToTriggerStoreCircuitBreaker                        = 30 * time.Second
 	DefaultTimeToTriggerDispatchCircuitBreaker                     = 30 * time.Second
+	DefaultMaximumRecoveryFailuresPerSecond                        = 1
 )
 
 // Config configures a Manager: the timeout manager of one endpoint.
@@ -61,12 +62,23 @@ type Config struct {
 	// first failed poll (an idle poller looks at least every PollInterval) and the error comes on
 	// time, not at the next poll after it.
 	TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages time.Duration
+	// TimeToTriggerFetchCircuitBreaker is the MSMQ transport's name for the same setting as
+	// TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages: one knob under two names, so that
+	// configuration written for either works. Set one of them; setting both to different values
+	// is an error.
+	TimeToTriggerFetchCircuitBreaker time.Duration
 	// TimeToTriggerStoreCircuitBreaker is how long storing delayed messages may fail before a
 	// critical error is raised. Defaults to 30 seconds.
 	TimeToTriggerStoreCircuitBreaker time.Duration
 	// TimeToTriggerDispatchCircuitBreaker is how long dispatching due messages may fail before a
 	// critical error is raised. Defaults to 30 seconds.
 	TimeToTriggerDispatchCircuitBreaker time.Duration
+	// MaximumRecoveryFailuresPerSecond is how often, averaged over 30 seconds, recording a failed
+	// forwarding attempt may itself fail (the store's IncrementFailureCount). Faster than that, a
+	// critical error is raised ("Failed to execute error handling for delayed message
+	// forwarding"); the message meanwhile is kept, neither lost nor moved to the error queue.
+	// Defaults to 1.
+	MaximumRecoveryFailuresPerSecond int
 	// RetryDelay is how long a failing stage waits before it tries again. Defaults to 1 second.
 	RetryDelay time.Duration
 
@@ -95,7 +107,16 @@ func (c *Config) setDefaults() {
 		c.ClaimLease = DefaultClaimLease
 	}
 	if c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages == 0 {
+		c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages = c.TimeToTriggerFetchCircuitBreaker
+	}
+	if c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages == 0 {
 		c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages = DefaultTimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages
+	}
+	if c.TimeToTriggerFetchCircuitBreaker == 0 {
+		c.TimeToTriggerFetchCircuitBreaker = c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages
+	}
+	if c.MaximumRecoveryFailuresPerSecond == 0 {
+		c.MaximumRecoveryFailuresPerSecond = DefaultMaximumRecoveryFailuresPerSecond
 	}
 	if c.TimeToTriggerStoreCircuitBreaker == 0 {
 		c.TimeToTriggerStoreCircuitBreaker = DefaultTimeToTriggerStoreCircuitBreaker
@@ -136,6 +157,14 @@ func (c Config) Validate() error {
 		return invalid("NumberOfRetries must not be negative, got %d", c.NumberOfRetries)
 	case c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages < 0:
 		return invalid("TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages must be positive, got %s", c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages)
+	case c.TimeToTriggerFetchCircuitBreaker < 0:
+		return invalid("TimeToTriggerFetchCircuitBreaker must be positive, got %s", c.TimeToTriggerFetchCircuitBreaker)
+	case c.TimeToTriggerFetchCircuitBreaker != 0 && c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages != 0 &&
+		c.TimeToTriggerFetchCircuitBreaker != c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages:
+		return invalid("TimeToTriggerFetchCircuitBreaker (%s) and TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages (%s) name one setting: set one of them, or both to the same value",
+			c.TimeToTriggerFetchCircuitBreaker, c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages)
+	case c.MaximumRecoveryFailuresPerSecond < 0:
+		return invalid("MaximumRecoveryFailuresPerSecond must be positive, got %d", c.MaximumRecoveryFailuresPerSecond)
 	case c.TimeToTriggerStoreCircuitBreaker < 0:
 		return invalid("TimeToTriggerStoreCircuitBreaker must be positive, got %s", c.TimeToTriggerStoreCircuitBreaker)
 	case c.TimeToTriggerDispatchCircuitBreaker < 0:

@@ -78,6 +78,15 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		return nil, err
 	}
 
+	recoveryBreaker, err := critical.NewRateBreaker(critical.RateBreakerConfig{
+		Name: "recovery", MaxFailuresPerSecond: config.MaximumRecoveryFailuresPerSecond,
+		Message: critical.RecoveryMessage, OnTrip: m.raise,
+		OnFailure: func(error) { m.metrics.onFailure("recovery") },
+	})
+	if err != nil {
+		return nil, err
+	}
+
 	if m.metrics, err = newMetrics(config.MetricsRegisterer, config.Endpoint, config.Store, m.breakers, breakerNames); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
@@ -114,6 +123,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		ErrorQueue:      errorQueue,
 		Breaker:         dispatchBreaker,
 		NumberOfRetries: config.NumberOfRetries,
+		RecoveryBreaker: recoveryBreaker,
 		OnDispatched:    m.metrics.onDispatched,
 	}, m.logger); err != nil {
 		return nil, err
