@@ -1,0 +1,83 @@
+// Command timeoutmill runs the timeout manager of an endpoint as a service beside systems in any
+// language, and administers its store:
+//
+//	timeoutmill run    --endpoint orders --transport amqp://... --store postgres://...
+//	timeoutmill setup  --endpoint orders --transport amqp://... --store postgres://...
+//	timeoutmill stats  --endpoint orders --store postgres://...
+//	timeoutmill list   --endpoint orders --store postgres://... [--owner KEY]
+//	timeoutmill cancel --endpoint orders --store postgres://... ID... | --owner KEY
+//
+// Every flag can also be given as an environment variable: --poll-interval as
+// TIMEOUTMILL_POLL_INTERVAL, and so on. `timeoutmill --help` describes them all.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/timeoutmill/timeoutmill/internal/connect"
+)
+
+// cli is the command line. Flags shared by commands are embedded structs.
+type cli struct {
+	LogLevel string `help:"Log level: debug, info or error." enum:"debug,info,error" default:"info"`
+
+	Run    runCmd    `cmd:"" help:"Run the store satellite, poller and dispatch satellite of an endpoint until SIGINT/SIGTERM or a critical error."`
+	Setup  setupCmd  `cmd:"" help:"Create the store's table and declare the endpoint's queues (idempotent)."`
+	Stats  statsCmd  `cmd:"" help:"Print how many timeouts are pending, the next due and the most overdue."`
+	List   listCmd   `cmd:"" help:"List pending timeouts, earliest due first."`
+	Cancel cancelCmd `cmd:"" help:"Cancel pending timeouts by id or by owner."`
+}
+
+// env is what every command runs with: output streams and the process's lifetime.
+type env struct {
+	ctx    context.Context
+	stdout io.Writer
+	stderr io.Writer
+	level  string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run parses args and runs the command they name; it returns the process's exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var c cli
+	exit := -1
+	parser, err := kong.New(&c,
+		kong.Name("timeoutmill"),
+		kong.Description("Durable delayed delivery for Watermill Pub/Subs: the NServiceBus timeout manager as a service."),
+		kong.DefaultEnvars("TIMEOUTMILL"),
+		kong.UsageOnError(),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(code int) { exit = code }),
+		kong.Vars{"store_schemes": connect.StoreSchemes, "transport_schemes": connect.TransportSchemes},
+	)
+	if err != nil {
+		fmt.Fprintln(stderr, "timeoutmill:", err)
+		return 2
+	}
+	kctx, err := parser.Parse(args)
+	if exit >= 0 { // --help
+		return exit
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "timeoutmill:", err)
+		return 2
+	}
+	if err := kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr, level: c.LogLevel}); err != nil {
+		fmt.Fprintln(stderr, "timeoutmill:", err)
+		return 1
+	}
+	return 0
+}

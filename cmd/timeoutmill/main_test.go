@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/timeoutmill/timeoutmill/internal/testenv"
+	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/persistence/sqlite"
+	"github.com/timeoutmill/timeoutmill/timeouts"
+	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
+)
+
+// timeoutmill runs the command in-process and returns its exit code and output.
+func timeoutmill(ctx context.Context, args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = run(ctx, args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestRefusesGoChannelWithAClearMessage(t *testing.T) {
+	t.Parallel()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "t.db")
+	start := time.Now()
+	code, _, stderr := timeoutmill(context.Background(), "run", "--endpoint", "e", "--store", db, "--transport", "gochannel:")
+	require.Equal(t, 1, code)
+	require.Less(t, time.Since(start), 30*time.Second, "a wrong address is not retried for the whole outage wait")
+	require.Contains(t, stderr, "GoChannel lives inside one process")
+}
+
+func TestFlagsComeFromTheEnvironmentToo(t *testing.T) {
+	t.Setenv("TIMEOUTMILL_ENDPOINT", "from-env")
+	t.Setenv("TIMEOUTMILL_STORE", "sqlite://"+filepath.Join(t.TempDir(), "t.db"))
+	code, stdout, stderr := timeoutmill(context.Background(), "stats")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "endpoint:     from-env")
+	require.Contains(t, stdout, "pending:      0")
+}
+
+func TestMissingFlagsAndBadEndpointAreUsageErrors(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := timeoutmill(context.Background(), "stats")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "--endpoint")
+
+	db := "sqlite://" + filepath.Join(t.TempDir(), "t.db")
+	code, _, stderr = timeoutmill(context.Background(), "stats", "--endpoint", "has space", "--store", db)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "whitespace")
+}
+
+func TestStatsListAndCancelOnAStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "t.db")
+	store, err := sqlite.Open(ctx, sqlite.Config{Path: path, Endpoint: "orders"})
+	require.NoError(t, err)
+	now := time.Now()
+	for i, tm := range []persistence.Timeout{
+		{ID: "overdue", Destination: "d", Due: now.Add(-time.Minute)},
+		{ID: "soon", Destination: "d", Due: now.Add(time.Hour), Owner: "order-1"},
+		{ID: "later", Destination: "d", Due: now.Add(2 * time.Hour), Owner: "order-1"},
+	} {
+		tm.Payload = []byte{byte(i)}
+		_, err := store.Store(ctx, tm)
+		require.NoError(t, err)
+	}
+	require.NoError(t, store.Close())
+	db := []string{"--endpoint", "orders", "--store", "sqlite://" + path}
+
+	code, stdout, stderr := timeoutmill(ctx, append([]string{"stats"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "pending:      3")
+	require.Regexp(t, `most overdue: 1m0\.\d+s late`, stdout)
+
+	code, stdout, _ = timeoutmill(ctx, append([]string{"list", "--owner", "order-1"}, db...)...)
+	require.Equal(t, 0, code)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	require.Len(t, lines, 3, stdout)
+	require.True(t, strings.HasPrefix(lines[1], "soon"), "earliest first")
+
+	code, _, stderr = timeoutmill(ctx, append([]string{"cancel"}, db...)...)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "either timeout ids or --owner")
+
+	code, stdout, _ = timeoutmill(ctx, append([]string{"cancel", "--owner", "order-1"}, db...)...)
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, "cancelled 2 timeouts")
+
+	code, stdout, stderr = timeoutmill(ctx, append([]string{"cancel", "overdue", "nope"}, db...)...)
+	require.Equal(t, 1, code)
+	require.Contains(t, stdout, "cancelled overdue")
+	require.Contains(t, stdout, "not pending: nope")
+	require.Contains(t, stderr, "1 of 2 ids were not pending")
+}
+
+func TestUnreachableStoreEndsWithAnErrorAfterTheOutageWaitWithoutThePassword(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	code, _, stderr := timeoutmill(context.Background(), "run", "--endpoint", "e",
+		"--store", "postgres://app:topsecret@127.0.0.1:1/db?connect_timeout=1",
+		"--transport", "amqp://guest:guest@127.0.0.1:1/", "--outage-wait", "2s")
+	require.Equal(t, 1, code)
+	require.GreaterOrEqual(t, time.Since(start), 2*time.Second, "it waits for the store as long as the outage wait")
+	require.Contains(t, stderr, "127.0.0.1:1")
+	require.NotContains(t, stderr, "topsecret")
+}
+
+func TestRunDeliversOverRabbitMQAndStopsCleanlyOnSignal(t *testing.T) {
+	t.Parallel()
+	amqpURL := testenv.AMQPURL(t)
+	endpoint := "cmdtest-" + watermill.NewShortUUID()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "t.db")
+	ctx, stop := context.WithCancel(context.Background()) // stands in for SIGTERM
+	defer stop()
+
+	done := make(chan int, 1)
+	var stderr string
+	go func() {
+		var code int
+		code, _, stderr = timeoutmill(ctx, "run", "--endpoint", endpoint, "--store", db, "--transport", amqpURL, "--close-timeout", "5s")
+		done <- code
+	}()
+
+	pub, sub, err := amqptransport.New(amqptransport.Config{URL: amqpURL}, watermill.NopLogger{})
+	require.NoError(t, err)
+	defer pub.Close()
+	defer sub.Close()
+	dest := endpoint + ".dest"
+	arrivals, err := sub.Subscribe(ctx, dest)
+	require.NoError(t, err)
+	producer, err := timeouts.NewPublisher(pub, endpoint)
+	require.NoError(t, err)
+
+	msg := message.NewMessage(watermill.NewUUID(), []byte("from another process"))
+	due := time.Now().Add(time.Second)
+	timeouts.DeliverAt(msg, due)
+	require.NoError(t, producer.Publish(dest, msg))
+
+	select {
+	case got := <-arrivals:
+		got.Ack()
+		require.Equal(t, msg.UUID, got.UUID)
+		require.False(t, time.Now().Before(due))
+	case code := <-done:
+		t.Fatalf("service exited with %d: %s", code, stderr)
+	case <-time.After(30 * time.Second):
+		t.Fatal("not delivered")
+	}
+	stop()
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code, stderr)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the service did not stop on its signal")
+	}
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/timeoutmill/timeoutmill/internal/connect"
+	"github.com/timeoutmill/timeoutmill/timeouts"
+)
+
+type runCmd struct {
+	storeFlags     `embed:""`
+	transportFlags `embed:""`
+
+	Instance        string        `help:"Name of this instance in logs. Defaults to host name and process id."`
+	PollInterval    time.Duration `default:"1m" help:"Longest time between looks at the store (it also wakes at the next due time)."`
+	OutageWait      time.Duration `default:"2m" help:"How long the store may be unreachable before a critical error stops the service (TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages)."`
+	NumberOfRetries int           `default:"0" help:"Retries of a failed forward before the message goes to the error queue."`
+	MetricsAddr     string        `help:"Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464." placeholder:"ADDR"`
+	SkipSetup       bool          `help:"Do not create the table or declare the queues at start (see the setup command)."`
+	CloseTimeout    time.Duration `default:"30s" help:"How long shutdown waits for messages in flight."`
+}
+
+// Run hosts the endpoint's timeout manager until a signal or a critical error.
+func (c *runCmd) Run(e *env) error {
+	if c.Instance == "" {
+		host, _ := os.Hostname()
+		c.Instance = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	logger := newLogger(e).With(watermill.LogFields{"endpoint": c.Endpoint, "instance": c.Instance})
+
+	store, err := c.openStore(e.ctx, c.OutageWait, logger)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	transport, err := retry(e.ctx, c.OutageWait, logger, "transport", func() (*connect.Transport, error) {
+		return connect.OpenTransport(e.ctx, c.Transport, logger)
+	})
+	if err != nil {
+		return err
+	}
+	defer transport.Close()
+	if !c.SkipSetup && transport.DeclareEndpoint != nil {
+		if err := transport.DeclareEndpoint(e.ctx, c.Endpoint, c.ErrorQueue); err != nil {
+			return fmt.Errorf("declaring the queues of %s: %w", c.Endpoint, connect.RedactError(err, c.Transport))
+		}
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	manager, err := timeouts.NewManager(timeouts.Config{
+		Endpoint:          c.Endpoint,
+		Store:             store,
+		Publisher:         transport.Publisher,
+		Subscriber:        transport.Subscriber,
+		ErrorQueue:        c.ErrorQueue,
+		PollInterval:      c.PollInterval,
+		NumberOfRetries:   c.NumberOfRetries,
+		MetricsRegisterer: registry,
+		TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages: c.OutageWait,
+		SkipInfrastructureSetup:                                 c.SkipSetup,
+	}, logger)
+	if err != nil {
+		return err
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: c.CloseTimeout}, logger)
+	if err != nil {
+		return err
+	}
+	if err := manager.AddToRouter(router); err != nil {
+		return err
+	}
+	if c.MetricsAddr != "" {
+		stop, err := serveMetrics(c.MetricsAddr, registry, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+
+	logger.Info("Running", watermill.LogFields{"store": connect.Redact(c.Store), "transport": connect.Redact(c.Transport)})
+	if err := router.Run(e.ctx); err != nil {
+		return err
+	}
+	if err := manager.Err(); err != nil {
+		return err
+	}
+	logger.Info("Stopped", nil)
+	return nil
+}
+
+// serveMetrics serves registry at addr/metrics until stop is called.
+func serveMetrics(addr string, registry *prometheus.Registry, logger watermill.LoggerAdapter) (stop func(), err error) {
+	listener, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry}))
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := server.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("Metrics server stopped", err, nil)
+		}
+	}()
+	logger.Info("Serving metrics", watermill.LogFields{"url": "http://" + listener.Addr().String() + "/metrics"})
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = server.Shutdown(ctx)
+	}, nil
+}

@@ -1,0 +1,121 @@
+// Package connect opens what the timeoutmill command is pointed at: a store from a DSN and a
+// transport from a URL. Passwords never appear in its errors (Redact).
+package connect
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/persistence/mysql"
+	"github.com/timeoutmill/timeoutmill/persistence/postgres"
+	"github.com/timeoutmill/timeoutmill/persistence/sqlite"
+)
+
+// StoreSchemes lists the store DSNs OpenStore understands, for help texts.
+const StoreSchemes = "sqlite:///path/to/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db"
+
+// OpenStore opens the store a DSN names for endpoint's timeouts:
+//
+//	sqlite:///var/lib/timeoutmill/orders.db   (sqlite://relative/path.db also works)
+//	postgres://user:pass@host:5432/db?sslmode=disable   (or postgresql://)
+//	mysql://user:pass@host:3306/db   (or go-sql-driver's own mysql://user:pass@tcp(host:3306)/db)
+//
+// It does not create tables; see persistence.Installer.
+func OpenStore(ctx context.Context, dsn, endpoint string) (persistence.Store, error) {
+	scheme, rest, ok := strings.Cut(dsn, ":")
+	if !ok || dsn == "" {
+		return nil, fmt.Errorf("%w: store %q: expected one of %s", ErrUnsupported, Redact(dsn), StoreSchemes)
+	}
+	var (
+		store persistence.Store
+		err   error
+	)
+	invalid := func(err error) error {
+		return fmt.Errorf("%w: store %s: %w", ErrInvalid, Redact(dsn), RedactError(err, dsn))
+	}
+	switch strings.ToLower(scheme) {
+	case "sqlite":
+		path := strings.TrimPrefix(rest, "//")
+		if path == "" {
+			return nil, fmt.Errorf("%w: store %q: no file path (sqlite:///path/to/file.db)", ErrInvalid, dsn)
+		}
+		cfg := sqlite.Config{Path: path, Endpoint: endpoint}
+		if err := cfg.Validate(); err != nil {
+			return nil, invalid(err)
+		}
+		store, err = sqlite.Open(ctx, cfg)
+	case "postgres", "postgresql":
+		cfg := postgres.Config{DSN: dsn, Endpoint: endpoint}
+		if err := cfg.Validate(); err != nil {
+			return nil, invalid(err)
+		}
+		store, err = postgres.Open(ctx, cfg)
+	case "mysql", "mariadb":
+		driverDSN, err := MySQLDriverDSN(dsn)
+		if err != nil {
+			return nil, err
+		}
+		cfg := mysql.Config{DSN: driverDSN, Endpoint: endpoint}
+		if err := cfg.Validate(); err != nil {
+			return nil, invalid(err)
+		}
+		store, err = mysql.Open(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("opening store %s: %w", Redact(dsn), RedactError(err, dsn))
+		}
+	default:
+		return nil, fmt.Errorf("%w: store scheme %q: expected one of %s", ErrUnsupported, scheme, StoreSchemes)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening store %s: %w", Redact(dsn), RedactError(err, dsn))
+	}
+	return store, nil
+}
+
+// MySQLDriverDSN turns mysql://user:pass@host:port/db?params into go-sql-driver/mysql's
+// user:pass@tcp(host:port)/db?params, with parseTime on. A DSN already in the driver's form after
+// the scheme (user:pass@tcp(host:port)/db) is passed through.
+func MySQLDriverDSN(dsn string) (string, error) {
+	_, rest, _ := strings.Cut(dsn, "://")
+	if strings.Contains(rest, "@tcp(") || strings.Contains(rest, "@unix(") || strings.HasPrefix(rest, "tcp(") {
+		cfg, err := gomysql.ParseDSN(rest)
+		if err != nil {
+			return "", fmt.Errorf("%w: mysql DSN %s: %w", ErrInvalid, Redact(dsn), RedactError(err, dsn))
+		}
+		cfg.ParseTime = true
+		return cfg.FormatDSN(), nil
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", fmt.Errorf("%w: mysql URL %s: %w", ErrInvalid, Redact(dsn), RedactError(err, dsn))
+	}
+	cfg := gomysql.NewConfig()
+	cfg.Net = "tcp"
+	cfg.Addr = u.Host
+	if u.Port() == "" {
+		cfg.Addr = u.Host + ":3306"
+	}
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	cfg.DBName = strings.TrimPrefix(u.Path, "/")
+	if cfg.DBName == "" {
+		return "", fmt.Errorf("%w: mysql URL %s names no database (mysql://user:pass@host:3306/db)", ErrInvalid, Redact(dsn))
+	}
+	params := u.Query()
+	if len(params) > 0 {
+		cfg.Params = map[string]string{}
+		for k := range params {
+			cfg.Params[k] = params.Get(k)
+		}
+	}
+	cfg.ParseTime = true
+	delete(cfg.Params, "parseTime")
+	return cfg.FormatDSN(), nil
+}
