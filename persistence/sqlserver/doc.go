@@ -1,0 +1,76 @@
+// Package sqlserver is the persistence.Store on Microsoft SQL Server (2012 or later) and Azure
+// SQL: timeouts in one table, shared safely by any number of endpoint instances, through
+// database/sql and github.com/microsoft/go-mssqldb. It is the Go form of the SQL Server delayed
+// message store that NServiceBus's MSMQ transport ships, and starts from that store's schema and
+// T-SQL.
+//
+//	store, err := sqlserver.Open(ctx, sqlserver.Config{
+//		DSN:      "sqlserver://timeoutmill:secret@db.internal:1433?database=app",
+//		Endpoint: "orders",
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer store.Close()
+//	if err := store.SetupInfrastructure(ctx); err != nil { // timeouts.Manager does this too
+//		return err
+//	}
+//
+// The table defaults to [dbo].[orders.timeouts]: schema dbo and "<endpoint>.timeouts", as the
+// seed's store names it. Schema and table names are validated and always bracketed (a ] inside
+// is doubled), so any name SQL Server can hold is safe and none is pasted into SQL raw.
+// SetupInfrastructure runs the seed's idempotent script (IF NOT EXISTS on sys.objects and
+// sys.indexes) under an application lock, so that instances starting together do not race; when
+// the table and its indexes exist it only looks, so a login without the right to create tables
+// can run a store a DBA set up with the script SetupScript returns.
+//
+// # The table, and how it differs from the seed's
+//
+// The seed creates
+//
+//	Id nvarchar(250) not null primary key, Destination nvarchar(200), State varbinary(max),
+//	Time datetime, Headers varbinary(max) not null, RetryCount INT NOT NULL default(0)
+//
+// with an index Index_Time on Time. This store keeps those columns and names (State holds the
+// payload, Headers the metadata in persistence.EncodeMetadata's format, RetryCount the failure
+// count) and changes only what timeoutmill needs:
+//
+//   - Time is datetime2(7), not datetime, and NOT NULL. datetime rounds to 1/300 s, so a
+//     timeout could come back up to 3.33 ms early, and its range starts in 1753; the store keeps
+//     due times to the microsecond, rounded up so that nothing is delivered early.
+//   - AvailableAt datetime2(7) NOT NULL, indexed (Index_AvailableAt), is new: when a row can
+//     next be claimed, its due time until it is claimed and then the end of the claim's lease.
+//     The seed locks a row only while its transaction runs; timeoutmill hands claimed ids to a
+//     dispatcher queue, so a claim must outlive the statement, and a lost one must come back
+//     when its lease runs out.
+//   - Owner nvarchar(250) NOT NULL, empty by default, indexed (Index_Owner), is new: it groups
+//     timeouts for CancelByOwner.
+//   - Destination is nvarchar(250), not nvarchar(200), and NOT NULL: a destination as long as
+//     an id fits, and a timeout without one cannot be delivered.
+//   - Id and Owner are COLLATE Latin1_General_100_BIN2: they compare code point by code point
+//     whatever the database's collation. Under a case-insensitive one, the ids "A" and "a" would
+//     be one and the second timeout would be dropped as a duplicate.
+//
+// # Claims
+//
+// ClaimDue is one statement, in the seed's manner: the earliest claimable rows are read through
+// Index_AvailableAt WITH (READPAST, UPDLOCK, ROWLOCK) and their AvailableAt is moved to the end
+// of the lease (OUTPUT returns their ids), so concurrent pollers never wait for each other nor
+// get the same timeout. Where the seed compares with the server's clock through the caller's
+// time, this store does too: all times come from the caller (ClaimDue's now), never from
+// GETUTCDATE(). No watermark is kept, so a timeout committed late is still found
+// (NServiceBus#3500). Because claims use OUTPUT without INTO, the table must have no triggers.
+//
+// # Values
+//
+// Times are sent as datetime2 in UTC and read back in UTC, whatever the DSN's timezone setting;
+// due times must fall in datetime2's years 1 to 9999. Payloads and headers are kept byte for
+// byte. Ids, destinations and owners are nvarchar: they must be valid UTF-8 of at most 250 UTF-16
+// code units, and ids and owners must not end with a space, which SQL Server ignores when it
+// compares strings ("a " would be the id "a"); Store returns persistence.ErrInvalidTimeout
+// otherwise. Store is idempotent by id: an insert guarded by NOT EXISTS, and a duplicate key
+// (errors 2627, 2601) from two Stores of a new id at once read as "stored already". Counts come
+// from @@ROWCOUNT, so SET NOCOUNT ON in the server's user options changes nothing.
+//
+// Use New to run the store on a *sql.DB of your own opened with the "sqlserver" driver.
+package sqlserver

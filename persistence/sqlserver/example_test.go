@@ -1,0 +1,68 @@
+package sqlserver_test
+
+import (
+	"fmt"
+	"log"
+
+	"github.com/timeoutmill/timeoutmill/persistence/sqlserver"
+)
+
+// ExampleSetupScript prints the T-SQL that SetupInfrastructure runs for the endpoint "orders",
+// which a DBA can run by hand instead: the seed's table, with datetime2 times and the claim and
+// owner columns, in the default schema dbo.
+func ExampleSetupScript() {
+	script, err := sqlserver.SetupScript(sqlserver.Config{Endpoint: "orders"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(script)
+	// Output:
+	// IF SCHEMA_ID(N'dbo') IS NULL
+	// 	EXEC(N'CREATE SCHEMA [dbo]');
+	// GO
+	// IF NOT EXISTS (
+	// 	SELECT * FROM sys.objects
+	// 	WHERE object_id = OBJECT_ID(N'[dbo].[orders.timeouts]') AND type IN ('U')
+	// )
+	// BEGIN
+	// 	CREATE TABLE [dbo].[orders.timeouts] (
+	// 		Id nvarchar(250) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
+	// 		Destination nvarchar(250) NOT NULL,
+	// 		State varbinary(max),
+	// 		Time datetime2(7) NOT NULL,
+	// 		Headers varbinary(max) NOT NULL,
+	// 		RetryCount INT NOT NULL DEFAULT(0),
+	// 		AvailableAt datetime2(7) NOT NULL,
+	// 		Owner nvarchar(250) COLLATE Latin1_General_100_BIN2 NOT NULL DEFAULT(N'')
+	// 	);
+	// END
+	// IF NOT EXISTS (
+	// 	SELECT * FROM sys.indexes
+	// 	WHERE name = 'Index_Time' AND object_id = OBJECT_ID(N'[dbo].[orders.timeouts]')
+	// )
+	// BEGIN
+	// 	CREATE INDEX Index_Time ON [dbo].[orders.timeouts] (Time);
+	// END
+	// IF NOT EXISTS (
+	// 	SELECT * FROM sys.indexes
+	// 	WHERE name = 'Index_AvailableAt' AND object_id = OBJECT_ID(N'[dbo].[orders.timeouts]')
+	// )
+	// BEGIN
+	// 	CREATE INDEX Index_AvailableAt ON [dbo].[orders.timeouts] (AvailableAt);
+	// END
+	// IF NOT EXISTS (
+	// 	SELECT * FROM sys.indexes
+	// 	WHERE name = 'Index_Owner' AND object_id = OBJECT_ID(N'[dbo].[orders.timeouts]')
+	// )
+	// BEGIN
+	// 	CREATE INDEX Index_Owner ON [dbo].[orders.timeouts] (Owner);
+	// END
+}
+
+// ExampleConfig_String: a Config can be logged; its DSN's password is not.
+func ExampleConfig_String() {
+	config := sqlserver.Config{DSN: "sqlserver://timeoutmill:secret@db.internal?database=app", Endpoint: "orders"}
+	fmt.Println(config)
+	// Output:
+	// sqlserver.Config{DSN: "sqlserver://timeoutmill:xxxxx@db.internal?database=app", Endpoint: "orders", Schema: "", Table: "", MaxOpenConns: 0}
+}

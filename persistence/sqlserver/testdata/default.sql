@@ -1,0 +1,98 @@
+-- name: setupSchema
+IF SCHEMA_ID(N'dbo') IS NULL
+	EXEC(N'CREATE SCHEMA [dbo]');
+
+-- name: setupTable
+IF NOT EXISTS (
+	SELECT * FROM sys.objects
+	WHERE object_id = OBJECT_ID(N'[dbo].[orders.timeouts]') AND type IN ('U')
+)
+BEGIN
+	CREATE TABLE [dbo].[orders.timeouts] (
+		Id nvarchar(250) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
+		Destination nvarchar(250) NOT NULL,
+		State varbinary(max),
+		Time datetime2(7) NOT NULL,
+		Headers varbinary(max) NOT NULL,
+		RetryCount INT NOT NULL DEFAULT(0),
+		AvailableAt datetime2(7) NOT NULL,
+		Owner nvarchar(250) COLLATE Latin1_General_100_BIN2 NOT NULL DEFAULT(N'')
+	);
+END
+IF NOT EXISTS (
+	SELECT * FROM sys.indexes
+	WHERE name = 'Index_Time' AND object_id = OBJECT_ID(N'[dbo].[orders.timeouts]')
+)
+BEGIN
+	CREATE INDEX Index_Time ON [dbo].[orders.timeouts] (Time);
+END
+IF NOT EXISTS (
+	SELECT * FROM sys.indexes
+	WHERE name = 'Index_AvailableAt' AND object_id = OBJECT_ID(N'[dbo].[orders.timeouts]')
+)
+BEGIN
+	CREATE INDEX Index_AvailableAt ON [dbo].[orders.timeouts] (AvailableAt);
+END
+IF NOT EXISTS (
+	SELECT * FROM sys.indexes
+	WHERE name = 'Index_Owner' AND object_id = OBJECT_ID(N'[dbo].[orders.timeouts]')
+)
+BEGIN
+	CREATE INDEX Index_Owner ON [dbo].[orders.timeouts] (Owner);
+END
+
+-- name: installed
+SELECT COUNT(*) FROM sys.indexes
+WHERE object_id = OBJECT_ID(N'[dbo].[orders.timeouts]', 'U') AND name IN ('Index_Time', 'Index_AvailableAt', 'Index_Owner')
+
+-- name: lockSetup
+DECLARE @result int;
+EXEC @result = sp_getapplock @Resource = N'timeoutmill:setup-infrastructure', @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000;
+IF @result < 0
+	RAISERROR(N'timeoutmill: timed out waiting for another instance to set up the table', 16, 1);
+
+-- name: store
+INSERT INTO [dbo].[orders.timeouts] (Id, Destination, State, Time, Headers, RetryCount, AvailableAt, Owner)
+SELECT @id, @destination, @state, @due, @headers, @failureCount, @due, @owner
+WHERE NOT EXISTS (SELECT 1 FROM [dbo].[orders.timeouts] WHERE Id = @id);
+SELECT @@ROWCOUNT;
+
+-- name: next
+SELECT MIN(AvailableAt) FROM [dbo].[orders.timeouts]
+
+-- name: claim
+WITH claimable AS (
+	SELECT TOP (@limit) Id, Time, AvailableAt
+	FROM [dbo].[orders.timeouts] WITH (INDEX(Index_AvailableAt), READPAST, UPDLOCK, ROWLOCK)
+	WHERE AvailableAt <= @now
+	ORDER BY AvailableAt
+)
+UPDATE claimable SET AvailableAt = @until
+OUTPUT inserted.Id, inserted.Time;
+
+-- name: peek
+SELECT Destination, Time, Owner, State, Headers, RetryCount FROM [dbo].[orders.timeouts] WHERE Id = @id
+
+-- name: delete
+DELETE FROM [dbo].[orders.timeouts] WHERE Id = @id;
+SELECT @@ROWCOUNT;
+
+-- name: incrementFailureCount
+UPDATE [dbo].[orders.timeouts] SET RetryCount = RetryCount + 1 WHERE Id = @id;
+SELECT @@ROWCOUNT;
+
+-- name: cancelByOwner
+DELETE FROM [dbo].[orders.timeouts] WHERE Owner = @owner;
+SELECT @@ROWCOUNT;
+
+-- name: stats
+SELECT COUNT(*), MIN(Time), MAX(Time) FROM [dbo].[orders.timeouts]
+
+-- name: list
+SELECT TOP (@limit) Id, Destination, Time, Owner, Headers, RetryCount FROM [dbo].[orders.timeouts]
+ORDER BY Time, Id
+
+-- name: listByOwner
+SELECT TOP (@limit) Id, Destination, Time, Owner, Headers, RetryCount FROM [dbo].[orders.timeouts]
+WHERE Owner = @owner ORDER BY Time, Id
+

@@ -1,0 +1,98 @@
+-- name: setupSchema
+IF SCHEMA_ID(N'sch]ema''; DROP TABLE x; --') IS NULL
+	EXEC(N'CREATE SCHEMA [sch]]ema''; DROP TABLE x; --]');
+
+-- name: setupTable
+IF NOT EXISTS (
+	SELECT * FROM sys.objects
+	WHERE object_id = OBJECT_ID(N'[sch]]ema''; DROP TABLE x; --].[it''s [the]] "orders"]]; DROP TABLE x; --.timeouts]') AND type IN ('U')
+)
+BEGIN
+	CREATE TABLE [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] (
+		Id nvarchar(250) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY,
+		Destination nvarchar(250) NOT NULL,
+		State varbinary(max),
+		Time datetime2(7) NOT NULL,
+		Headers varbinary(max) NOT NULL,
+		RetryCount INT NOT NULL DEFAULT(0),
+		AvailableAt datetime2(7) NOT NULL,
+		Owner nvarchar(250) COLLATE Latin1_General_100_BIN2 NOT NULL DEFAULT(N'')
+	);
+END
+IF NOT EXISTS (
+	SELECT * FROM sys.indexes
+	WHERE name = 'Index_Time' AND object_id = OBJECT_ID(N'[sch]]ema''; DROP TABLE x; --].[it''s [the]] "orders"]]; DROP TABLE x; --.timeouts]')
+)
+BEGIN
+	CREATE INDEX Index_Time ON [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] (Time);
+END
+IF NOT EXISTS (
+	SELECT * FROM sys.indexes
+	WHERE name = 'Index_AvailableAt' AND object_id = OBJECT_ID(N'[sch]]ema''; DROP TABLE x; --].[it''s [the]] "orders"]]; DROP TABLE x; --.timeouts]')
+)
+BEGIN
+	CREATE INDEX Index_AvailableAt ON [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] (AvailableAt);
+END
+IF NOT EXISTS (
+	SELECT * FROM sys.indexes
+	WHERE name = 'Index_Owner' AND object_id = OBJECT_ID(N'[sch]]ema''; DROP TABLE x; --].[it''s [the]] "orders"]]; DROP TABLE x; --.timeouts]')
+)
+BEGIN
+	CREATE INDEX Index_Owner ON [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] (Owner);
+END
+
+-- name: installed
+SELECT COUNT(*) FROM sys.indexes
+WHERE object_id = OBJECT_ID(N'[sch]]ema''; DROP TABLE x; --].[it''s [the]] "orders"]]; DROP TABLE x; --.timeouts]', 'U') AND name IN ('Index_Time', 'Index_AvailableAt', 'Index_Owner')
+
+-- name: lockSetup
+DECLARE @result int;
+EXEC @result = sp_getapplock @Resource = N'timeoutmill:setup-infrastructure', @LockMode = 'Exclusive', @LockOwner = 'Transaction', @LockTimeout = 60000;
+IF @result < 0
+	RAISERROR(N'timeoutmill: timed out waiting for another instance to set up the table', 16, 1);
+
+-- name: store
+INSERT INTO [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] (Id, Destination, State, Time, Headers, RetryCount, AvailableAt, Owner)
+SELECT @id, @destination, @state, @due, @headers, @failureCount, @due, @owner
+WHERE NOT EXISTS (SELECT 1 FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] WHERE Id = @id);
+SELECT @@ROWCOUNT;
+
+-- name: next
+SELECT MIN(AvailableAt) FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts]
+
+-- name: claim
+WITH claimable AS (
+	SELECT TOP (@limit) Id, Time, AvailableAt
+	FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] WITH (INDEX(Index_AvailableAt), READPAST, UPDLOCK, ROWLOCK)
+	WHERE AvailableAt <= @now
+	ORDER BY AvailableAt
+)
+UPDATE claimable SET AvailableAt = @until
+OUTPUT inserted.Id, inserted.Time;
+
+-- name: peek
+SELECT Destination, Time, Owner, State, Headers, RetryCount FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] WHERE Id = @id
+
+-- name: delete
+DELETE FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] WHERE Id = @id;
+SELECT @@ROWCOUNT;
+
+-- name: incrementFailureCount
+UPDATE [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] SET RetryCount = RetryCount + 1 WHERE Id = @id;
+SELECT @@ROWCOUNT;
+
+-- name: cancelByOwner
+DELETE FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] WHERE Owner = @owner;
+SELECT @@ROWCOUNT;
+
+-- name: stats
+SELECT COUNT(*), MIN(Time), MAX(Time) FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts]
+
+-- name: list
+SELECT TOP (@limit) Id, Destination, Time, Owner, Headers, RetryCount FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts]
+ORDER BY Time, Id
+
+-- name: listByOwner
+SELECT TOP (@limit) Id, Destination, Time, Owner, Headers, RetryCount FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts]
+WHERE Owner = @owner ORDER BY Time, Id
+
