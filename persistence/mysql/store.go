@@ -20,6 +20,7 @@ import (
 // goroutines and many processes.
 type Store struct {
 	db        *sql.DB
+	stmts     *statements
 	ownsDB    bool
 	closeOnce sync.Once
 	q         queries
@@ -73,7 +74,7 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("mysql: connect: %w", err)
 	}
-	return &Store{db: db, ownsDB: true, q: newQueries(config.Table)}, nil
+	return &Store{db: db, stmts: newStatements(db), ownsDB: true, q: newQueries(config.Table)}, nil
 }
 
 // New returns a store on a *sql.DB the caller opened with the "mysql" driver, connected to the
@@ -86,7 +87,7 @@ func New(db *sql.DB, config Config) (*Store, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, q: newQueries(config.Table)}, nil
+	return &Store{db: db, stmts: newStatements(db), q: newQueries(config.Table)}, nil
 }
 
 // SetupInfrastructure creates the table and its indexes when the table is missing. When it
@@ -120,7 +121,7 @@ func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) 
 	// A plain INSERT whose duplicate-key error means "stored already": INSERT IGNORE would hide
 	// other errors too, and ON DUPLICATE KEY UPDATE's affected-rows count depends on the DSN's
 	// clientFoundRows.
-	_, err = s.db.ExecContext(ctx, s.q.store,
+	_, err = s.stmts.exec(ctx, s.q.store,
 		[]byte(t.ID), []byte(t.Destination), due, due, []byte(t.Owner), payload,
 		persistence.EncodeMetadata(t.Metadata), t.FailureCount)
 	if isServerError(err, errDupEntry) {
@@ -162,7 +163,11 @@ func validateTimeout(t persistence.Timeout) (string, error) {
 // Next returns when the earliest timeout becomes claimable: its due time, or its lease's end.
 func (s *Store) Next(ctx context.Context) (time.Time, bool, error) {
 	var next utcTime
-	if err := s.db.QueryRowContext(ctx, s.q.next).Scan(&next); err != nil {
+	row, err := s.stmts.queryRow(ctx, s.q.next)
+	if err == nil {
+		err = row.Scan(&next)
+	}
+	if err != nil {
 		return time.Time{}, false, fmt.Errorf("mysql: next: %w", err)
 	}
 	return next.Time, next.Valid, nil
@@ -222,7 +227,11 @@ func (s *Store) claim(ctx context.Context, now, until string, limit int) (claims
 			_ = tx.Rollback()
 		}
 	}()
-	rows, err := tx.QueryContext(ctx, s.q.claimSelect, now, limit)
+	stmt, err := s.stmts.get(ctx, s.q.claimSelect)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.StmtContext(ctx, stmt).QueryContext(ctx, now, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -262,8 +271,10 @@ func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error
 		due      utcTime
 		metadata []byte
 	)
-	err := s.db.QueryRowContext(ctx, s.q.peek, []byte(id)).
-		Scan(&t.Destination, &due, &t.Owner, &t.Payload, &metadata, &t.FailureCount)
+	row, err := s.stmts.queryRow(ctx, s.q.peek, []byte(id))
+	if err == nil {
+		err = row.Scan(&t.Destination, &due, &t.Owner, &t.Payload, &metadata, &t.FailureCount)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return persistence.Timeout{}, fmt.Errorf("%w: %q", persistence.ErrNotFound, id)
 	}
@@ -295,7 +306,7 @@ func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, err
 // CancelByOwner deletes every timeout of owner. An empty owner cancels nothing: it means "no
 // owner", not every timeout without one.
 func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
-	n, err := rowsAffected(s.db.ExecContext(ctx, s.q.cancelByOwner, []byte(owner)))
+	n, err := rowsAffected(s.stmts.exec(ctx, s.q.cancelByOwner, []byte(owner)))
 	if err != nil {
 		return 0, fmt.Errorf("mysql: cancel timeouts of %q: %w", owner, err)
 	}
@@ -304,7 +315,7 @@ func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
 
 // execOne runs a statement on one id and reports whether it found the row.
 func (s *Store) execOne(ctx context.Context, what, query, id string) (bool, error) {
-	n, err := rowsAffected(s.db.ExecContext(ctx, query, []byte(id)))
+	n, err := rowsAffected(s.stmts.exec(ctx, query, []byte(id)))
 	if err != nil {
 		return false, fmt.Errorf("mysql: %s %q: %w", what, id, err)
 	}
@@ -318,12 +329,14 @@ func rowsAffected(res sql.Result, err error) (int64, error) {
 	return res.RowsAffected()
 }
 
-// Close closes the pool Open opened; a *sql.DB given to New stays open.
+// Close closes the statements the store prepared, and the pool Open opened; a *sql.DB given to
+// New stays open.
 func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
+		err = s.stmts.close()
 		if s.ownsDB {
-			err = s.db.Close()
+			err = errors.Join(err, s.db.Close())
 		}
 	})
 	return err
