@@ -32,6 +32,13 @@ type Timeout struct {
 	FailureCount int
 }
 
+// The range of due times every store keeps (MySQL's DATETIME and SQL Server's datetime2 are the
+// narrowest). Callers bring earlier times up to MinDue: a time that long past means "due now".
+var (
+	MinDue = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+	MaxDue = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+)
+
 // MaxIDLength bounds Timeout.ID (the SQL Server store's Id is nvarchar(250)).
 const MaxIDLength = 250
 
@@ -59,8 +66,9 @@ type Store interface {
 	Next(ctx context.Context) (next time.Time, ok bool, err error)
 
 	// ClaimDue returns up to limit ids of timeouts due at now (Due <= now) that are not claimed,
-	// or whose claim's lease ran out, earliest first, and claims them until now+lease. Concurrent
-	// callers never get the same id while its lease runs.
+	// or whose claim's lease ran out, and claims them until now+lease. It takes them in the order
+	// they became claimable (so a backlog drains earliest due first). Concurrent callers never
+	// get the same id while its lease runs. limit <= 0 claims nothing.
 	ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error)
 
 	// Peek returns the timeout with that id, claimed or not, or ErrNotFound.
@@ -75,10 +83,12 @@ type Store interface {
 	IncrementFailureCount(ctx context.Context, id string) (bool, error)
 
 	// Cancel deletes a pending timeout so it is never delivered. It returns false when there was
-	// nothing to cancel.
+	// nothing to cancel. A timeout already claimed may be in the middle of being forwarded;
+	// cancelling it then cannot call the message back (the dispatcher's Remove finds it gone).
 	Cancel(ctx context.Context, id string) (bool, error)
 
-	// CancelByOwner deletes every pending timeout of owner and returns how many it deleted.
+	// CancelByOwner deletes every pending timeout of owner and returns how many it deleted. An
+	// empty owner matches nothing.
 	CancelByOwner(ctx context.Context, owner string) (int, error)
 
 	// Close releases the store's resources. Stores opened on a caller's *sql.DB leave it open.
@@ -103,6 +113,9 @@ func (t Timeout) Validate() error {
 		return fmt.Errorf("%w: destination is empty", ErrInvalidTimeout)
 	case t.Due.IsZero():
 		return fmt.Errorf("%w: due time is zero", ErrInvalidTimeout)
+	case t.Due.Before(MinDue) || t.Due.After(MaxDue):
+		return fmt.Errorf("%w: due time %s is outside %s..%s", ErrInvalidTimeout,
+			t.Due.UTC().Format(time.RFC3339), MinDue.Format(time.RFC3339), MaxDue.Format(time.RFC3339))
 	}
 	return nil
 }

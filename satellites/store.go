@@ -106,6 +106,9 @@ func (s *Store) timeoutOf(msg *message.Message) (persistence.Timeout, error) {
 	if !delayed {
 		return persistence.Timeout{}, fmt.Errorf("%w: neither %s nor %s is set", wire.ErrInvalidHeader, wire.HeaderExpire, wire.HeaderWatermillDelayedUntil)
 	}
+	if due.Before(persistence.MinDue) {
+		due = persistence.MinDue // long past is simply due: deliver at once
+	}
 	dest, err := wire.Destination(msg.Metadata)
 	if err != nil {
 		return persistence.Timeout{}, err

@@ -207,6 +207,13 @@ func TestDelayIntoThePastIsDeliveredAtOnce(t *testing.T) {
 	require.NoError(t, b.pubSub.Publish(wire.TimeoutsQueue(endpoint), direct))
 	got = await(t, delivered, 5*time.Second)
 	require.Equal(t, direct.UUID, got.msg.UUID)
+
+	// Far past, before any store's range, is simply due.
+	ancient := message.NewMessage(watermill.NewUUID(), []byte("year one"))
+	ancient.Metadata.Set(wire.HeaderExpire, "0001-01-01T00:00:00Z")
+	ancient.Metadata.Set(wire.HeaderDestination, "audit")
+	require.NoError(t, b.pubSub.Publish(wire.TimeoutsQueue(endpoint), ancient))
+	require.Equal(t, ancient.UUID, await(t, delivered, 5*time.Second).msg.UUID)
 }
 
 func TestUndelayedMessagePassesStraightThrough(t *testing.T) {
