@@ -61,7 +61,7 @@ func (b *testBundle) queue(suffix string) string { return b.name + "." + suffix 
 // queues lists this test's queues on the broker (each test's names share its prefix).
 func (b *testBundle) queues(t *testing.T) []string {
 	var names []string
-	for _, q := range []string{"a", "b", "existing", "pipe", "E.Timeouts", "E.TimeoutsDispatcher", "error", "converted", "competing", "reconnect"} {
+	for _, q := range []string{"a", "b", "existing", "pipe", "E.Timeouts", "E.TimeoutsDispatcher", "error", "converted", "competing", "reconnect", "rate", "many"} {
 		if b.exists(t, b.queue(q)) {
 			names = append(names, b.queue(q))
 		}
@@ -93,6 +93,18 @@ func (b *testBundle) exists(t *testing.T, queue string) bool {
 	}
 	require.NoError(t, err)
 	return true
+}
+
+// count is how many messages are ready in queue.
+func (b *testBundle) count(t *testing.T, queue string) int {
+	t.Helper()
+	n := 0
+	require.NoError(t, b.channel(t, func(ch *amqp.Channel) error {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		n = q.Messages
+		return err
+	}))
+	return n
 }
 
 // requireDurable fails unless queue exists and is durable: an active declaration with
@@ -436,4 +448,87 @@ func closeConnections(t *testing.T, ctl ctlCommand, prefix string) []string {
 		require.NoError(t, err, "%s", out)
 	}
 	return pids
+}
+
+func TestManyConsumersHandleMessagesConcurrently(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := b.queue("many")
+	config := b.config
+	config.Consumers = 4
+	sub := newSubscriber(t, config)
+	msgs, err := sub.Subscribe(t.Context(), q)
+	require.NoError(t, err)
+	pub := newPublisher(t, b.config)
+	const n = 40
+	batch := make([]*message.Message, n)
+	for i := range batch {
+		batch[i] = message.NewMessage(watermill.NewUUID(), nil)
+	}
+	require.NoError(t, pub.Publish(q, batch...))
+
+	var (
+		mu                sync.Mutex
+		inFlight, maxSeen int
+		seen              = map[string]int{}
+		wg                sync.WaitGroup
+	)
+	for range n {
+		m := <-msgs
+		wg.Add(1)
+		go func() { // as a router does: each message in a goroutine of its own
+			defer wg.Done()
+			mu.Lock()
+			inFlight++
+			maxSeen = max(maxSeen, inFlight)
+			seen[m.UUID]++
+			mu.Unlock()
+			time.Sleep(50 * time.Millisecond)
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+			m.Ack()
+		}()
+	}
+	wg.Wait()
+	require.Len(t, seen, n)
+	for id, c := range seen {
+		require.Equal(t, 1, c, "message %s", id)
+	}
+	require.Greater(t, maxSeen, 1, "several messages handled at once")
+	require.LessOrEqual(t, maxSeen, 4, "no more than Consumers at once: each waits for its ack")
+	t.Logf("4 consumers: up to %d messages in flight", maxSeen)
+}
+
+func TestCloseWithUnreadMessagesReturnsThemToTheQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := b.queue("many")
+	pub := newPublisher(t, b.config)
+	batch := make([]*message.Message, 10)
+	for i := range batch {
+		batch[i] = message.NewMessage(watermill.NewUUID(), nil)
+	}
+	require.NoError(t, pub.Publish(q, batch...))
+	for _, consumers := range []int{1, 3} {
+		config := b.config
+		config.Consumers = consumers
+		sub, err := amqptransport.NewSubscriber(config, watermill.NopLogger{})
+		require.NoError(t, err)
+		msgs, err := sub.Subscribe(context.Background(), q)
+		require.NoError(t, err)
+		<-msgs // one taken and never acked, the others left unread
+		closed := make(chan error)
+		go func() { closed <- sub.Close() }()
+		select {
+		case err := <-closed:
+			require.NoError(t, err)
+		case <-time.After(15 * time.Second):
+			t.Fatalf("Close with %d consumer(s) and unread messages hangs", consumers)
+		}
+		for range msgs { // the channel closes
+		}
+		require.Eventually(t, func() bool { return b.count(t, q) == len(batch) }, 10*time.Second, 50*time.Millisecond,
+			"every message back on the queue")
+	}
 }

@@ -35,10 +35,10 @@ type Config struct {
 	// Defaults to "timeoutmill".
 	ConnectionName string
 
-	// ChannelPoolSize is how many channels the Publisher keeps open, and so how many publishes
-	// may wait for their publisher confirms at once. Defaults to 8. Each Publish call takes one
-	// channel for all its messages, so one Publish call is not faster with a bigger pool, many
-	// concurrent ones are (measured here: 1 channel ~1,100 msg/s, 8 ~3,300 msg/s).
+	// ChannelPoolSize is how many channels the Publisher keeps open, and so how many Publish
+	// calls may run at once. Defaults to 8. A Publish call sends its messages on one channel and
+	// waits for their publisher confirms together; concurrent calls beyond the pool wait for a
+	// channel.
 	ChannelPoolSize int
 
 	// PrefetchCount is how many unacknowledged messages the broker sends ahead to each
@@ -46,6 +46,14 @@ type Config struct {
 	// delivery, small enough that competing instances of an endpoint share a backlog fairly (a
 	// prefetched message waits for the instance that holds it).
 	PrefetchCount int
+
+	// Consumers is how many consumers each Subscribe starts on its queue; their messages come
+	// out of one channel. watermill-amqp hands a consumer's next message over only after the
+	// previous one was acked or nacked, so one consumer means one message handled at a time, in
+	// queue order; n consumers let a router handle up to n at once, in no particular order.
+	// Defaults to 1. The timeout manager's satellites need no order: the timeoutmill service
+	// runs them with more.
+	Consumers int
 
 	// QueueArguments are the arguments of the queues this package creates, for example
 	// amqp.Table{"x-queue-type": "quorum"}. Defaults to none: classic durable queues. A queue that
@@ -64,12 +72,19 @@ type Config struct {
 	Reconnect *wamqp.ReconnectConfig
 }
 
+// maxConsumers bounds Config.Consumers: each consumer is a channel, and channels per connection
+// are limited (2047 by default on RabbitMQ).
+const maxConsumers = 256
+
 func (c *Config) setDefaults() {
 	if c.ConnectionName == "" {
 		c.ConnectionName = DefaultConnectionName
 	}
 	if c.ChannelPoolSize == 0 {
 		c.ChannelPoolSize = DefaultChannelPoolSize
+	}
+	if c.Consumers == 0 {
+		c.Consumers = 1
 	}
 	if c.PrefetchCount == 0 {
 		c.PrefetchCount = DefaultPrefetchCount
@@ -106,6 +121,10 @@ func (c Config) Validate() error {
 		return invalid("PrefetchCount must be positive, got %d", c.PrefetchCount)
 	case c.PrefetchCount > 65535:
 		return invalid("PrefetchCount must be at most 65535 (AMQP's limit), got %d", c.PrefetchCount)
+	case c.Consumers < 0:
+		return invalid("Consumers must be positive, got %d", c.Consumers)
+	case c.Consumers > maxConsumers:
+		return invalid("Consumers must be at most %d, got %d", maxConsumers, c.Consumers)
 	case c.DialTimeout < 0:
 		return invalid("DialTimeout must be positive, got %s", c.DialTimeout)
 	}

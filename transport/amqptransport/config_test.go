@@ -23,8 +23,6 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, 5*time.Second, c.Reconnect.BackoffMaxInterval)
 
 	wc := c.watermillConfig(topology{})
-	require.True(t, wc.Publish.ConfirmDelivery, "publisher confirms are always on")
-	require.Equal(t, 8, wc.Publish.ChannelPoolSize)
 	require.Equal(t, 16, wc.Consume.Qos.PrefetchCount)
 	require.True(t, wc.Queue.Durable)
 	require.Equal(t, "orders.Timeouts", wc.Queue.GenerateName("orders.Timeouts"), "queues are named exactly as the topic")

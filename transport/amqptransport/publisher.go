@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/timeoutmill/timeoutmill/wire"
 )
@@ -16,12 +17,21 @@ import (
 // ErrInvalidTopic is returned for a topic that cannot name a queue.
 var ErrInvalidTopic = errors.New("amqptransport: invalid topic")
 
+// ErrNotConfirmed is returned when the broker refused a message (a negative publisher confirm)
+// or the channel closed before it confirmed it.
+var ErrNotConfirmed = errors.New("amqptransport: message not confirmed by the broker")
+
 // maxQueueName is AMQP's limit on a queue name (a short string).
 const maxQueueName = 255
 
-// Publisher publishes Watermill messages to durable queues named as their topics, on a connection
-// of its own, with publisher confirms: Publish returns once the broker has taken responsibility
-// for every message (written it to disk, for these persistent messages on durable queues).
+// Publisher publishes Watermill messages to durable queues named as their topics, as persistent
+// messages, on a connection of its own that watermill-amqp keeps up. Publish returns once the
+// broker has confirmed every message (publisher confirms: for persistent messages on durable
+// queues, written to disk).
+//
+// One Publish call sends its messages in order on one channel of the pool and then waits for
+// their confirms together, so a batch costs about one round trip, not one per message
+// (watermill-amqp's own publisher waits for each confirm before sending the next message).
 //
 // Before the first publish to a topic on a connection it makes sure the topic's queue exists,
 // creating it durable if not: RabbitMQ silently drops a message published for a queue that does
@@ -29,9 +39,11 @@ const maxQueueName = 255
 // declared (a reserved amq.* name, no permission) makes Publish fail, so the dispatch satellite
 // counts a failed forward and, past its retries, moves the message to the error queue.
 type Publisher struct {
-	conn     *wamqp.ConnectionWrapper
-	pub      *wamqp.Publisher
-	declarer *declarer
+	conn      *wamqp.ConnectionWrapper
+	pool      *channelPool
+	declarer  *declarer
+	marshaler Marshaler
+	logger    watermill.LoggerAdapter
 
 	closeOnce sync.Once
 	closeErr  error
@@ -51,32 +63,64 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 	if err != nil {
 		return nil, err
 	}
-	pub, err := wamqp.NewPublisherWithConnection(config.watermillConfig(&wamqp.DefaultTopologyBuilder{}), logger, conn)
-	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("amqptransport: creating the publisher on %s: %w", Redact(config.URL), redactError(err, config.URL))
-	}
-	return &Publisher{conn: conn, pub: pub, declarer: newDeclarer(conn, config.QueueArguments)}, nil
+	return &Publisher{
+		conn:     conn,
+		pool:     newChannelPool(conn, config.ChannelPoolSize),
+		declarer: newDeclarer(conn, config.QueueArguments),
+		logger:   logger,
+	}, nil
 }
 
 // Publish publishes messages, in order, to the queue named topic, declaring it first if this
 // connection has not declared it yet. It returns when the broker has confirmed every message.
-// While the connection is down (a broker restart), it fails at once; watermill-amqp reconnects
-// meanwhile.
+// The first message's context bounds the call. While the connection is down (a broker restart)
+// it fails at once; watermill-amqp reconnects meanwhile. On an error, messages before the
+// failing one may have been delivered: publishing is at least once.
 func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	if err := validateTopic(topic); err != nil {
 		return err
 	}
-	ctx := context.Background()
-	if len(messages) > 0 && messages[0].Context() != nil {
-		ctx = messages[0].Context()
+	if len(messages) == 0 {
+		return nil
 	}
+	ctx := messages[0].Context()
 	if err := p.declarer.ensure(ctx, false, topic); err != nil {
 		return fmt.Errorf("amqptransport: publishing to %q: %w", topic, err)
 	}
-	if err := p.pub.Publish(topic, messages...); err != nil {
+	if err := p.publish(ctx, topic, messages); err != nil {
 		return fmt.Errorf("amqptransport: publishing %d message(s) to %q: %w", len(messages), topic, err)
 	}
+	return nil
+}
+
+func (p *Publisher) publish(ctx context.Context, topic string, messages []*message.Message) error {
+	c, err := p.pool.get(ctx)
+	if err != nil {
+		return err
+	}
+	defer p.pool.put(c)
+	confirms := make([]*amqp.DeferredConfirmation, len(messages))
+	for i, msg := range messages {
+		publishing, err := p.marshaler.Marshal(msg)
+		if err != nil {
+			return fmt.Errorf("marshaling message %s: %w", msg.UUID, err)
+		}
+		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, "", topic, false, false, publishing)
+		if err != nil {
+			return fmt.Errorf("sending message %s: %w", msg.UUID, err)
+		}
+		confirms[i] = dc
+	}
+	for i, dc := range confirms {
+		ok, err := dc.WaitContext(ctx)
+		if err != nil {
+			return fmt.Errorf("waiting for the confirm of message %s: %w", messages[i].UUID, err)
+		}
+		if !ok {
+			return fmt.Errorf("%w: message %s", ErrNotConfirmed, messages[i].UUID)
+		}
+	}
+	p.logger.Trace("Messages published and confirmed", watermill.LogFields{"topic": topic, "count": len(messages)})
 	return nil
 }
 
@@ -111,11 +155,11 @@ func (p *Publisher) DeclareQueues(ctx context.Context, queues ...string) error {
 	return nil
 }
 
-// Close waits for publishes in flight and closes the connection. It is safe to call more than
-// once.
+// Close waits for publishes in flight, then closes the channels and the connection. Publish
+// fails with ErrClosed afterwards. It is safe to call more than once.
 func (p *Publisher) Close() error {
 	p.closeOnce.Do(func() {
-		err := p.pub.Close()
+		err := p.pool.close()
 		p.closeErr = errors.Join(err, p.conn.Close())
 	})
 	return p.closeErr
@@ -148,14 +192,12 @@ func withBroker(logger watermill.LoggerAdapter, config Config) watermill.LoggerA
 	return logger.With(watermill.LogFields{"broker": Redact(config.URL)})
 }
 
-// watermillConfig is the watermill-amqp configuration: a durable queue per topic on the default
-// exchange, persistent messages, publisher confirms, a channel pool, and this package's marshaler.
+// watermillConfig is the subscriber's watermill-amqp configuration: a durable queue per topic
+// on the default exchange, consumed with prefetch, with this package's marshaler.
 func (c Config) watermillConfig(topology wamqp.TopologyBuilder) wamqp.Config {
 	wc := wamqp.NewDurableQueueConfig(c.URL)
 	wc.Marshaler = Marshaler{}
 	wc.Queue.Arguments = c.QueueArguments
-	wc.Publish.ChannelPoolSize = c.ChannelPoolSize
-	wc.Publish.ConfirmDelivery = true
 	wc.Consume.Qos.PrefetchCount = c.PrefetchCount
 	wc.TopologyBuilder = topology
 	return wc

@@ -17,8 +17,10 @@ import (
 // requeued when it nacks it. The queue is created durable when missing; one that exists is used
 // as it is.
 type Subscriber struct {
-	conn *wamqp.ConnectionWrapper
-	sub  *wamqp.Subscriber
+	conn      *wamqp.ConnectionWrapper
+	sub       *wamqp.Subscriber
+	consumers int
+	closing   chan struct{} // closed by Close
 
 	closeOnce sync.Once
 	closeErr  error
@@ -47,7 +49,7 @@ func NewSubscriber(config Config, logger watermill.LoggerAdapter) (*Subscriber, 
 		_ = conn.Close()
 		return nil, fmt.Errorf("amqptransport: creating the subscriber on %s: %w", Redact(config.URL), redactError(err, config.URL))
 	}
-	return &Subscriber{conn: conn, sub: sub}, nil
+	return &Subscriber{conn: conn, sub: sub, consumers: config.Consumers, closing: make(chan struct{})}, nil
 }
 
 // New returns a Publisher and a Subscriber on two connections to the broker (RabbitMQ throttles
@@ -65,16 +67,59 @@ func New(config Config, logger watermill.LoggerAdapter) (*Publisher, *Subscriber
 	return pub, sub, nil
 }
 
-// Subscribe consumes the queue named topic until ctx is done or the Subscriber is closed.
+// Subscribe consumes the queue named topic with Config.Consumers consumers until ctx is done or
+// the Subscriber is closed; the channel closes when they have all stopped.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := validateTopic(topic); err != nil {
 		return nil, err
 	}
-	ch, err := s.sub.Subscribe(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("amqptransport: subscribing to %q: %w", topic, err)
+	if s.consumers <= 1 {
+		ch, err := s.sub.Subscribe(ctx, topic)
+		if err != nil {
+			return nil, fmt.Errorf("amqptransport: subscribing to %q: %w", topic, err)
+		}
+		return ch, nil
 	}
-	return ch, nil
+	ctx, cancel := context.WithCancel(ctx)
+	ins := make([]<-chan *message.Message, 0, s.consumers)
+	for range s.consumers {
+		ch, err := s.sub.Subscribe(ctx, topic)
+		if err != nil {
+			cancel() // stops the consumers started so far
+			return nil, fmt.Errorf("amqptransport: subscribing to %q: %w", topic, err)
+		}
+		ins = append(ins, ch)
+	}
+	return merge(ctx, s.closing, ins, cancel), nil
+}
+
+// merge forwards every message of ins to one channel, closed (and done called) once all of ins
+// are closed. Once ctx is done or closing is closed, a message nobody takes is nacked, so that it
+// returns to its queue and its consumer can stop.
+func merge(ctx context.Context, closing <-chan struct{}, ins []<-chan *message.Message, done func()) <-chan *message.Message {
+	out := make(chan *message.Message)
+	var wg sync.WaitGroup
+	for _, in := range ins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for msg := range in {
+				select {
+				case out <- msg:
+				case <-ctx.Done():
+					msg.Nack()
+				case <-closing:
+					msg.Nack()
+				}
+			}
+		}()
+	}
+	go func() {
+		wg.Wait()
+		done()
+		close(out)
+	}()
+	return out
 }
 
 // SubscribeInitialize declares the queue named topic without consuming it.
@@ -92,6 +137,7 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 // connection. It is safe to call more than once.
 func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() {
+		close(s.closing)
 		err := s.sub.Close()
 		s.closeErr = errors.Join(err, s.conn.Close())
 	})

@@ -1,0 +1,99 @@
+package amqptransport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// ErrClosed is returned by a Publisher used after Close.
+var ErrClosed = errors.New("amqptransport: publisher is closed")
+
+// pooledChannel is a publishing channel in confirm mode and the connection it was opened on.
+type pooledChannel struct {
+	ch   *amqp.Channel
+	conn *amqp.Connection
+}
+
+// channelPool lends out publishing channels on the current connection of a watermill-amqp
+// ConnectionWrapper. A channel is opened when first needed, and opened again when it was closed
+// (by a channel error) or its connection was replaced (by a reconnect).
+type channelPool struct {
+	conn *wamqp.ConnectionWrapper
+	// slots holds one entry per channel the pool may have open: an empty one for a channel not
+	// opened yet.
+	slots   chan pooledChannel
+	size    int
+	closing chan struct{}
+	once    sync.Once
+}
+
+func newChannelPool(conn *wamqp.ConnectionWrapper, size int) *channelPool {
+	p := &channelPool{conn: conn, slots: make(chan pooledChannel, size), size: size, closing: make(chan struct{})}
+	for range size {
+		p.slots <- pooledChannel{}
+	}
+	return p
+}
+
+// get waits for a free slot and returns an open channel in confirm mode on the current
+// connection. Every channel got must be put back.
+func (p *channelPool) get(ctx context.Context) (pooledChannel, error) {
+	var c pooledChannel
+	select {
+	case <-p.closing:
+		return pooledChannel{}, ErrClosed
+	case <-ctx.Done():
+		return pooledChannel{}, ctx.Err()
+	case c = <-p.slots:
+	}
+	conn := p.conn.Connection()
+	if c.ch != nil && !c.ch.IsClosed() && c.conn == conn {
+		return c, nil
+	}
+	if c.ch != nil && !c.ch.IsClosed() {
+		_ = c.ch.Close() // a channel of a replaced connection
+	}
+	if !p.conn.IsConnected() || conn == nil || conn.IsClosed() {
+		p.slots <- pooledChannel{}
+		return pooledChannel{}, fmt.Errorf("%w: reconnecting", ErrNotConnected)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		p.slots <- pooledChannel{}
+		return pooledChannel{}, fmt.Errorf("opening a publishing channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		p.slots <- pooledChannel{}
+		return pooledChannel{}, fmt.Errorf("putting the publishing channel in confirm mode: %w", err)
+	}
+	return pooledChannel{ch: ch, conn: conn}, nil
+}
+
+// put returns a channel got from get.
+func (p *channelPool) put(c pooledChannel) {
+	p.slots <- c
+}
+
+// close waits for every channel lent out to come back, then closes them all. get fails from the
+// moment close is called.
+func (p *channelPool) close() error {
+	var errs []error
+	p.once.Do(func() {
+		close(p.closing)
+		for range p.size {
+			c := <-p.slots
+			if c.ch != nil && !c.ch.IsClosed() {
+				if err := c.ch.Close(); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
