@@ -93,3 +93,12 @@ func TestOpenTransportRefusesGoChannelAndUnknownSchemes(t *testing.T) {
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "topsecret")
 }
+
+func TestOpenStoreSQLServerUnreachableSaysWhichWithoutThePassword(t *testing.T) {
+	t.Parallel()
+	_, err := connect.OpenStore(context.Background(), "sqlserver://sa:topsecret@127.0.0.1:1?database=x&dial+timeout=2", "orders")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "127.0.0.1:1")
+	require.NotContains(t, err.Error(), "topsecret")
+	require.False(t, connect.Permanent(err))
+}

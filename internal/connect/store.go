@@ -14,16 +14,18 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence/mysql"
 	"github.com/timeoutmill/timeoutmill/persistence/postgres"
 	"github.com/timeoutmill/timeoutmill/persistence/sqlite"
+	"github.com/timeoutmill/timeoutmill/persistence/sqlserver"
 )
 
 // StoreSchemes lists the store DSNs OpenStore understands, for help texts.
-const StoreSchemes = "sqlite:///path/to/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db"
+const StoreSchemes = "sqlite:///path/to/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db, sqlserver://user:pass@host:1433?database=db"
 
 // OpenStore opens the store a DSN names for endpoint's timeouts:
 //
 //	sqlite:///var/lib/timeoutmill/orders.db   (sqlite://relative/path.db also works)
 //	postgres://user:pass@host:5432/db?sslmode=disable   (or postgresql://)
 //	mysql://user:pass@host:3306/db   (or go-sql-driver's own mysql://user:pass@tcp(host:3306)/db)
+//	sqlserver://user:pass@host:1433?database=db   (go-mssqldb's URL form)
 //
 // It does not create tables; see persistence.Installer.
 func OpenStore(ctx context.Context, dsn, endpoint string) (persistence.Store, error) {
@@ -68,6 +70,12 @@ func OpenStore(ctx context.Context, dsn, endpoint string) (persistence.Store, er
 		if err != nil {
 			return nil, fmt.Errorf("opening store %s: %w", Redact(dsn), RedactError(err, dsn))
 		}
+	case "sqlserver":
+		cfg := sqlserver.Config{DSN: dsn, Endpoint: endpoint}
+		if err := cfg.Validate(); err != nil {
+			return nil, invalid(err)
+		}
+		store, err = sqlserver.Open(ctx, cfg)
 	default:
 		return nil, fmt.Errorf("%w: store scheme %q: expected one of %s", ErrUnsupported, scheme, StoreSchemes)
 	}
