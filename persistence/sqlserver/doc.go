@@ -56,15 +56,16 @@
 // ClaimDue is one statement, in the seed's manner: the earliest claimable rows are read through
 // Index_AvailableAt WITH (READPAST, UPDLOCK, ROWLOCK) and their AvailableAt is moved to the end
 // of the lease (OUTPUT returns their ids), so concurrent pollers never wait for each other nor
-// get the same timeout. Where the seed compares with the server's clock through the caller's
-// time, this store does too: all times come from the caller (ClaimDue's now), never from
-// GETUTCDATE(). No watermark is kept, so a timeout committed late is still found
+// get the same timeout. As in the seed, whose FetchNextDueTimeout compares with the time it is
+// given, all times come from the caller (ClaimDue's now), never from GETUTCDATE(). No watermark is kept, so a timeout committed late is still found
 // (NServiceBus#3500). Because claims use OUTPUT without INTO, the table must have no triggers.
 //
 // # Values
 //
-// Times are sent as datetime2 in UTC and read back in UTC, whatever the DSN's timezone setting;
-// due times must fall in datetime2's years 1 to 9999. Payloads and headers are kept byte for
+// Times are kept as datetime2 in UTC. They travel as datetimeoffset at +00:00, which the driver
+// writes and reads as instants, so the DSN's timezone setting changes nothing (as datetime2 they
+// would travel as wall clocks in that zone, and the hour a daylight saving zone skips has none).
+// Due times must fall in datetime2's years 1 to 9999. Payloads and headers are kept byte for
 // byte. Ids, destinations and owners are nvarchar: they must be valid UTF-8 of at most 250 UTF-16
 // code units, and ids and owners must not end with a space, which SQL Server ignores when it
 // compares strings ("a " would be the id "a"); Store returns persistence.ErrInvalidTimeout

@@ -112,10 +112,10 @@ IF @result < 0
 		// id at once still meet the primary key, whose error Store reads as "stored already".
 		// @@ROWCOUNT, not the driver's rows-affected count, which SET NOCOUNT ON would zero.
 		store: fmt.Sprintf(`INSERT INTO %[1]s (Id, Destination, State, Time, Headers, RetryCount, AvailableAt, Owner)
-SELECT @id, @destination, @state, @due, @headers, @failureCount, @due, @owner
+SELECT @id, @destination, @state, %[2]s, @headers, @failureCount, %[2]s, @owner
 WHERE NOT EXISTS (SELECT 1 FROM %[1]s WHERE Id = @id);
-SELECT @@ROWCOUNT;`, t),
-		next: fmt.Sprintf(`SELECT MIN(AvailableAt) FROM %s`, t),
+SELECT @@ROWCOUNT;`, t, toDateTime2("@due")),
+		next: fmt.Sprintf(`SELECT %s FROM %s`, toUTC("MIN(AvailableAt)"), t),
 		// One statement: lock the earliest claimable rows, skipping rows another claim holds,
 		// and move them to the end of the lease. The index hint makes the claim read AvailableAt
 		// in order and stop at @limit, so it locks only the rows it claims; a scan and sort would
@@ -123,24 +123,41 @@ SELECT @@ROWCOUNT;`, t),
 		claim: fmt.Sprintf(`WITH claimable AS (
 	SELECT TOP (@limit) Id, Time, AvailableAt
 	FROM %s WITH (INDEX(%s), READPAST, UPDLOCK, ROWLOCK)
-	WHERE AvailableAt <= @now
+	WHERE AvailableAt <= %s
 	ORDER BY AvailableAt
 )
-UPDATE claimable SET AvailableAt = @until
-OUTPUT inserted.Id, inserted.Time;`, t, indexAvailableAt),
-		peek: fmt.Sprintf(`SELECT Destination, Time, Owner, State, Headers, RetryCount FROM %s WHERE Id = @id`, t),
+UPDATE claimable SET AvailableAt = %s
+OUTPUT inserted.Id, %s;`, t, indexAvailableAt, toDateTime2("@now"), toDateTime2("@until"), toUTC("inserted.Time")),
+		peek: fmt.Sprintf(`SELECT Destination, %s, Owner, State, Headers, RetryCount FROM %s WHERE Id = @id`, toUTC("Time"), t),
 		delete: fmt.Sprintf(`DELETE FROM %s WHERE Id = @id;
 SELECT @@ROWCOUNT;`, t),
 		incrementFailureCount: fmt.Sprintf(`UPDATE %s SET RetryCount = RetryCount + 1 WHERE Id = @id;
 SELECT @@ROWCOUNT;`, t),
 		cancelByOwner: fmt.Sprintf(`DELETE FROM %s WHERE Owner = @owner;
 SELECT @@ROWCOUNT;`, t),
-		stats: fmt.Sprintf(`SELECT COUNT(*), MIN(Time), MAX(Time) FROM %s`, t),
-		list: fmt.Sprintf(`SELECT TOP (@limit) Id, Destination, Time, Owner, Headers, RetryCount FROM %s
-ORDER BY Time, Id`, t),
-		listByOwner: fmt.Sprintf(`SELECT TOP (@limit) Id, Destination, Time, Owner, Headers, RetryCount FROM %s
-WHERE Owner = @owner ORDER BY Time, Id`, t),
+		stats: fmt.Sprintf(`SELECT COUNT(*), %s, %s FROM %s`, toUTC("MIN(Time)"), toUTC("MAX(Time)"), t),
+		list: fmt.Sprintf(`SELECT TOP (@limit) Id, Destination, %s, Owner, Headers, RetryCount FROM %s
+ORDER BY Time, Id`, toUTC("Time"), t),
+		listByOwner: fmt.Sprintf(`SELECT TOP (@limit) Id, Destination, %s, Owner, Headers, RetryCount FROM %s
+WHERE Owner = @owner ORDER BY Time, Id`, toUTC("Time"), t),
 	}
+}
+
+// Times travel as datetimeoffset at +00:00, which go-mssqldb writes and reads as instants: a
+// datetime2 it would write and read as a wall clock in the DSN's timezone, and in a zone with
+// daylight saving time one hour a year has no wall clock (02:30 on the morning clocks go forward
+// would become 03:30). The columns stay datetime2 in UTC, as the seed's; the conversions are on
+// the parameters' side, so that comparisons still use the indexes.
+
+// toDateTime2 converts a datetimeoffset parameter sent at +00:00 to the datetime2 the columns
+// hold: the same fields, offset dropped.
+func toDateTime2(param string) string {
+	return "CAST(" + param + " AS datetime2(7))"
+}
+
+// toUTC returns a datetime2 column as a datetimeoffset at +00:00, the same fields marked UTC.
+func toUTC(expr string) string {
+	return "TODATETIMEOFFSET(" + expr + ", 0)"
 }
 
 // setupBatches are the batches SetupInfrastructure runs, in order.

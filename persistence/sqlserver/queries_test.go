@@ -203,15 +203,15 @@ func TestResultColumns(t *testing.T) {
 		"installed":             {"COUNT(*)"},
 		"lockSetup":             nil,
 		"store":                 {"@@ROWCOUNT"},
-		"next":                  {"MIN(AvailableAt)"},
-		"claim":                 {"inserted.Id", "inserted.Time"},
-		"peek":                  {"Destination", "Time", "Owner", "State", "Headers", "RetryCount"},
+		"next":                  {"TODATETIMEOFFSET(MIN(AvailableAt),0)"},
+		"claim":                 {"inserted.Id", "TODATETIMEOFFSET(inserted.Time,0)"},
+		"peek":                  {"Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "State", "Headers", "RetryCount"},
 		"delete":                {"@@ROWCOUNT"},
 		"incrementFailureCount": {"@@ROWCOUNT"},
 		"cancelByOwner":         {"@@ROWCOUNT"},
-		"stats":                 {"COUNT(*)", "MIN(Time)", "MAX(Time)"},
-		"list":                  {"Id", "Destination", "Time", "Owner", "Headers", "RetryCount"},
-		"listByOwner":           {"Id", "Destination", "Time", "Owner", "Headers", "RetryCount"},
+		"stats":                 {"COUNT(*)", "TODATETIMEOFFSET(MIN(Time),0)", "TODATETIMEOFFSET(MAX(Time),0)"},
+		"list":                  {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "Headers", "RetryCount"},
+		"listByOwner":           {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "Headers", "RetryCount"},
 	}
 	for _, st := range statements(q) {
 		got, err := resultColumns(st.sql)
@@ -255,6 +255,6 @@ func TestInsertListsMatch(t *testing.T) {
 	require.True(t, ok)
 	require.Len(t, strings.Split(values, ","), len(strings.Split(columns, ",")))
 	require.Equal(t, "Id, Destination, State, Time, Headers, RetryCount, AvailableAt, Owner", columns)
-	require.Equal(t, "@id, @destination, @state, @due, @headers, @failureCount, @due, @owner", values,
+	require.Equal(t, "@id, @destination, @state, CAST(@due AS datetime2(7)), @headers, @failureCount, CAST(@due AS datetime2(7)), @owner", values,
 		"a new timeout is claimable at its due time")
 }

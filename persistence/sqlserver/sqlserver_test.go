@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+	// America/Los_Angeles for the DSN's timezone, wherever the tests run.
+	_ "time/tzdata"
 
 	// The "sqlserver" database/sql driver.
 	_ "github.com/microsoft/go-mssqldb"
@@ -34,7 +36,8 @@ func TestStore(t *testing.T) {
 }
 
 // TestStoreOnCallersDB runs the suite on stores made by New on one *sql.DB the caller owns, whose
-// DSN reads times in another zone: that may not change what the store does. Close must leave the
+// DSN reads times in another zone, with daylight saving time: that may not change what the store
+// does. Close must leave the
 // *sql.DB open.
 func TestStoreOnCallersDB(t *testing.T) {
 	t.Parallel()
@@ -241,6 +244,34 @@ func TestStringColumns(t *testing.T) {
 	n, err := store.CancelByOwner(ctx, "o-A")
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "owners compare exactly too")
+}
+
+// TestTimezoneWithDaylightSaving: on a *sql.DB whose DSN reads times in a zone with daylight
+// saving time, a due time whose UTC wall clock falls in the hour that zone skips (02:30 on the
+// morning its clocks go forward) is kept and claimed exactly.
+func TestTimezoneWithDaylightSaving(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.SQLServerDSN(t)
+	db := openDB(t, withParam(t, dsn, "timezone", "America/Los_Angeles"))
+	store, err := sqlserver.New(db, sqlserver.Config{Table: table(t, dsn, "dbo")})
+	require.NoError(t, err)
+	ctx := t.Context()
+	require.NoError(t, store.SetupInfrastructure(ctx))
+	due := time.Date(2030, 3, 10, 2, 30, 0, 0, time.UTC) // 02:30 in Los Angeles does not exist that day
+	_, err = store.Store(ctx, persistence.Timeout{ID: "a", Destination: "d", Due: due})
+	require.NoError(t, err)
+	got, err := store.Peek(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, due, got.Due)
+	next, _, err := store.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, due, next)
+	ids, err := store.ClaimDue(ctx, due.Add(-time.Microsecond), 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, ids)
+	ids, err = store.ClaimDue(ctx, due, 10, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a"}, ids)
 }
 
 // TestDueRoundsUp: a due time finer than a microsecond is kept rounded up, so the timeout is

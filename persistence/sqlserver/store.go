@@ -124,7 +124,7 @@ func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) 
 		sql.Named("id", t.ID),
 		sql.Named("destination", t.Destination),
 		sql.Named("state", payload),
-		sql.Named("due", dateTime2(due)),
+		sql.Named("due", utc(due)),
 		sql.Named("headers", persistence.EncodeMetadata(t.Metadata)),
 		sql.Named("failureCount", int64(t.FailureCount)),
 		sql.Named("owner", t.Owner),
@@ -189,8 +189,8 @@ func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease ti
 	until := now.Add(lease).Truncate(time.Microsecond)
 	rows, err := s.db.QueryContext(ctx, s.q.claim,
 		sql.Named("limit", int64(limit)),
-		sql.Named("now", dateTime2(now)),
-		sql.Named("until", dateTime2(until)),
+		sql.Named("now", utc(now)),
+		sql.Named("until", utc(until)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("sqlserver: claim: %w", err)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-sql/civil"
 	mssql "github.com/microsoft/go-mssqldb"
 	"github.com/stretchr/testify/require"
 
@@ -151,12 +150,11 @@ func TestStoreSends(t *testing.T) {
 	require.Equal(t, []byte{}, args["state"], "a nil payload is kept as an empty one")
 	require.Equal(t, persistence.EncodeMetadata(map[string]string{"k": "v"}), args["headers"])
 	require.Equal(t, int64(2), args["failureCount"])
-	// In UTC, rounded up to the microsecond, as a civil.DateTime, which go-mssqldb sends as
-	// datetime2 with exactly these fields.
-	require.Equal(t, civil.DateTime{
-		Date: civil.Date{Year: 2031, Month: time.April, Day: 5},
-		Time: civil.Time{Hour: 6, Minute: 7, Second: 8, Nanosecond: 123457000},
-	}, args["due"])
+	// In UTC, rounded up to the microsecond: go-mssqldb sends it as a datetimeoffset at +00:00,
+	// whatever the DSN's timezone.
+	sent := args["due"].(time.Time)
+	require.Equal(t, time.UTC, sent.Location())
+	require.Equal(t, time.Date(2031, 4, 5, 6, 7, 8, 123457000, time.UTC), sent)
 }
 
 // TestStoreReadsDuplicateKeyAsStoredAlready: two Stores of one new id at once pass NOT EXISTS
@@ -247,9 +245,9 @@ func TestStoreRefusesWhatColumnsCannotHold(t *testing.T) {
 func TestClaimDue(t *testing.T) {
 	t.Parallel()
 	q := queriesFor(t, Config{Endpoint: ordersEndpoint})
-	// go-mssqldb reads datetime2 in the DSN's timezone: the fields are what the store wrote, in UTC.
-	la := time.FixedZone("UTC-8", -8*3600)
-	at := func(sec int) time.Time { return time.Date(2030, 1, 1, 0, 0, sec, 0, la) }
+	// go-mssqldb reads a datetimeoffset as an instant in a zone of its offset.
+	zone := time.FixedZone("", 0)
+	at := func(sec int) time.Time { return time.Date(2030, 1, 1, 0, 0, sec, 0, zone) }
 	store, fake := newFakeStore(t, Config{Endpoint: ordersEndpoint}, func(c call) answer {
 		return rowsOf(
 			[]driver.Value{"late", at(30)},
@@ -267,11 +265,9 @@ func TestClaimDue(t *testing.T) {
 	require.Len(t, calls, 1)
 	require.Equal(t, q.claim, calls[0].query)
 	require.Equal(t, int64(25), calls[0].args["limit"])
-	midnight := civil.DateTime{Date: civil.Date{Year: 2030, Month: time.January, Day: 1}}
+	midnight := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	require.Equal(t, midnight, calls[0].args["now"], "now in UTC, cut to the microsecond")
-	until := midnight
-	until.Time.Minute, until.Time.Second = 1, 30
-	require.Equal(t, until, calls[0].args["until"])
+	require.Equal(t, midnight.Add(90*time.Second), calls[0].args["until"])
 
 	// Nothing is sent for an empty claim, and a negative lease is refused.
 	ids, err = store.ClaimDue(t.Context(), now, 0, time.Minute)
@@ -284,7 +280,7 @@ func TestClaimDue(t *testing.T) {
 	// A lease past datetime2's end is sent as its end.
 	_, err = store.ClaimDue(t.Context(), time.Date(9999, 12, 31, 23, 0, 0, 0, time.UTC), 10, 2*time.Hour)
 	require.NoError(t, err)
-	require.Equal(t, civil.DateTimeOf(maxDateTime2()), fake.recorded()[1].args["until"])
+	require.Equal(t, maxDateTime2(), fake.recorded()[1].args["until"])
 }
 
 func TestPeek(t *testing.T) {
@@ -307,8 +303,8 @@ func TestPeek(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, persistence.Timeout{
 		ID: "a", Destination: "orders", Owner: "o", Payload: []byte("p"), Metadata: md, FailureCount: 4,
-		Due: time.Date(2030, 1, 1, 12, 0, 0, 1000, time.UTC),
-	}, got, "the fields as stored, in UTC")
+		Due: time.Date(2030, 1, 1, 15, 0, 0, 1000, time.UTC),
+	}, got, "the instant read, in UTC")
 
 	got, err = store.Peek(ctx, "null-state")
 	require.NoError(t, err)
@@ -324,17 +320,18 @@ func TestPeek(t *testing.T) {
 func TestNextAndStats(t *testing.T) {
 	t.Parallel()
 	q := queriesFor(t, Config{Endpoint: ordersEndpoint})
+	tokyo := time.FixedZone("+09", 9*3600)
 	empty := true
 	store, _ := newFakeStore(t, Config{Endpoint: ordersEndpoint}, func(c call) answer {
 		switch {
 		case c.query == q.next && empty:
 			return rowsOf([]driver.Value{nil})
 		case c.query == q.next:
-			return rowsOf([]driver.Value{time.Date(2030, 1, 1, 0, 0, 0, 0, time.Local)})
+			return rowsOf([]driver.Value{time.Date(2030, 1, 1, 9, 0, 0, 0, tokyo)})
 		case c.query == q.stats && empty:
 			return rowsOf([]driver.Value{int64(0), nil, nil})
 		case c.query == q.stats:
-			return rowsOf([]driver.Value{int64(2), time.Date(2030, 1, 1, 0, 0, 0, 0, time.Local), time.Date(2031, 1, 1, 0, 0, 0, 0, time.Local)})
+			return rowsOf([]driver.Value{int64(2), time.Date(2030, 1, 1, 9, 0, 0, 0, tokyo), time.Date(2031, 1, 1, 9, 0, 0, 0, tokyo)})
 		}
 		return answer{}
 	})

@@ -3,8 +3,6 @@ package sqlserver
 import (
 	"fmt"
 	"time"
-
-	"github.com/golang-sql/civil"
 )
 
 // maxDateTime2 returns the last instant datetime2 holds, to the microsecond.
@@ -12,17 +10,15 @@ func maxDateTime2() time.Time {
 	return time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
 }
 
-// dateTime2 returns t in UTC as go-mssqldb sends a datetime2(7): a civil.DateTime goes with
-// exactly its fields, whatever the DSN's timezone setting, where a time.Time would go as a
-// datetimeoffset that the server would have to convert before it compares it with the column.
-// Times past datetime2's end are sent as its end (a lease that runs past the year 9999), to the
-// microsecond like every time the store writes.
-func dateTime2(t time.Time) civil.DateTime {
+// utc returns t as the store sends it: in UTC, which go-mssqldb sends as a datetimeoffset at
+// +00:00 (see toDateTime2). Times past datetime2's end are sent as its end (a lease that runs past
+// the year 9999), to the microsecond like every time the store writes.
+func utc(t time.Time) time.Time {
 	t = t.UTC()
 	if last := maxDateTime2(); t.After(last) {
 		t = last
 	}
-	return civil.DateTimeOf(t)
+	return t
 }
 
 // roundUpMicro rounds t up to whole microseconds, in UTC, so a timeout is never claimed early.
@@ -34,8 +30,7 @@ func roundUpMicro(t time.Time) time.Time {
 	return t
 }
 
-// utcTime scans a datetime2 the store wrote in UTC. go-mssqldb reads a datetime2 as a time.Time
-// with its fields in the DSN's timezone (UTC unless set): the fields are kept, in UTC.
+// utcTime scans a time the store reads back (see toUTC), or NULL, in UTC.
 type utcTime struct {
 	Time  time.Time
 	Valid bool
@@ -47,9 +42,8 @@ func (u *utcTime) Scan(v any) error {
 		*u = utcTime{}
 		return nil
 	case time.Time:
-		*u = utcTime{Valid: true, Time: time.Date(v.Year(), v.Month(), v.Day(),
-			v.Hour(), v.Minute(), v.Second(), v.Nanosecond(), time.UTC)}
+		*u = utcTime{Valid: true, Time: v.UTC()}
 		return nil
 	}
-	return fmt.Errorf("sqlserver: cannot read %T as a datetime2", v)
+	return fmt.Errorf("sqlserver: cannot read %T as a time", v)
 }

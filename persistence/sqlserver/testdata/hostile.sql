@@ -53,25 +53,25 @@ IF @result < 0
 
 -- name: store
 INSERT INTO [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] (Id, Destination, State, Time, Headers, RetryCount, AvailableAt, Owner)
-SELECT @id, @destination, @state, @due, @headers, @failureCount, @due, @owner
+SELECT @id, @destination, @state, CAST(@due AS datetime2(7)), @headers, @failureCount, CAST(@due AS datetime2(7)), @owner
 WHERE NOT EXISTS (SELECT 1 FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] WHERE Id = @id);
 SELECT @@ROWCOUNT;
 
 -- name: next
-SELECT MIN(AvailableAt) FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts]
+SELECT TODATETIMEOFFSET(MIN(AvailableAt), 0) FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts]
 
 -- name: claim
 WITH claimable AS (
 	SELECT TOP (@limit) Id, Time, AvailableAt
 	FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] WITH (INDEX(Index_AvailableAt), READPAST, UPDLOCK, ROWLOCK)
-	WHERE AvailableAt <= @now
+	WHERE AvailableAt <= CAST(@now AS datetime2(7))
 	ORDER BY AvailableAt
 )
-UPDATE claimable SET AvailableAt = @until
-OUTPUT inserted.Id, inserted.Time;
+UPDATE claimable SET AvailableAt = CAST(@until AS datetime2(7))
+OUTPUT inserted.Id, TODATETIMEOFFSET(inserted.Time, 0);
 
 -- name: peek
-SELECT Destination, Time, Owner, State, Headers, RetryCount FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] WHERE Id = @id
+SELECT Destination, TODATETIMEOFFSET(Time, 0), Owner, State, Headers, RetryCount FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] WHERE Id = @id
 
 -- name: delete
 DELETE FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] WHERE Id = @id;
@@ -86,13 +86,13 @@ DELETE FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x;
 SELECT @@ROWCOUNT;
 
 -- name: stats
-SELECT COUNT(*), MIN(Time), MAX(Time) FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts]
+SELECT COUNT(*), TODATETIMEOFFSET(MIN(Time), 0), TODATETIMEOFFSET(MAX(Time), 0) FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts]
 
 -- name: list
-SELECT TOP (@limit) Id, Destination, Time, Owner, Headers, RetryCount FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts]
+SELECT TOP (@limit) Id, Destination, TODATETIMEOFFSET(Time, 0), Owner, Headers, RetryCount FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts]
 ORDER BY Time, Id
 
 -- name: listByOwner
-SELECT TOP (@limit) Id, Destination, Time, Owner, Headers, RetryCount FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts]
+SELECT TOP (@limit) Id, Destination, TODATETIMEOFFSET(Time, 0), Owner, Headers, RetryCount FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts]
 WHERE Owner = @owner ORDER BY Time, Id
 
