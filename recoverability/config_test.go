@@ -47,7 +47,9 @@ func TestConfigValidate(t *testing.T) {
 		{"no publisher", func(c *recoverability.Config) { c.Publisher = nil }, "Publisher is required"},
 		{"no subscriber", func(c *recoverability.Config) { c.Subscriber = nil }, `Subscriber is required to consume the deferred queue "orders.Deferred.test-1"`},
 		{"negative immediate retries", func(c *recoverability.Config) { c.ImmediateRetries = -1 }, "ImmediateRetries must not be negative, got -1"},
-		{"negative delay", func(c *recoverability.Config) { c.DurationToIgnoreOnFailure = []time.Duration{time.Second, -time.Second} },
+		{"negative delay", func(c *recoverability.Config) {
+			c.DurationToIgnoreOnFailure = []time.Duration{time.Second, -time.Second}
+		},
 			"DurationToIgnoreOnFailure[1] must not be negative, got -1s"},
 		{"zero delay", func(c *recoverability.Config) { c.DurationToIgnoreOnFailure = []time.Duration{0} }, ""},
 		{"error queue is work queue", func(c *recoverability.Config) { c.ErrorQueue = "orders" }, `ErrorQueue and WorkQueue are both "orders"`},

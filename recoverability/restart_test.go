@@ -38,3 +38,35 @@ func TestRestartBetweenRetriesStillRetries(t *testing.T) {
 	require.Equal(t, "survives a restart", string(msg.Payload))
 	require.Len(t, first.calls.of(msg.UUID), 1)
 }
+
+// The start-up pass: what is due returns to the work queue at once, the rest when due, and the
+// queue is not cycled meanwhile.
+func TestStartUpPassReturnsWhatIsDueAndKeepsTheRest(t *testing.T) {
+	t.Parallel()
+	queues := newDurableQueues()
+	cfg := baseConfig(queues)
+	deferred := wire.DeferredQueue(cfg.Endpoint, cfg.Instance)
+	dueSoon := time.Now().Add(2 * time.Second)
+	overdue := waiting("overdue", time.Now().Add(-time.Minute))
+	soon := waiting("soon", dueSoon)
+	later := waiting("later", time.Now().Add(time.Hour))
+	unmarked := message.NewMessage(watermill.NewUUID(), []byte("no ignore-until"))
+	require.NoError(t, queues.Publish(deferred, later, overdue, soon, unmarked)) // left by the last run
+
+	counting := &countingPublisher{Publisher: queues}
+	cfg.Publisher = counting
+	b := start(t, queues, cfg, nil)
+	for _, m := range []*message.Message{overdue, unmarked} {
+		c := b.calls.waitCalls(t, m.UUID, 1, 5*time.Second)[0]
+		require.True(t, c.at.Before(dueSoon), "%s is returned by the start-up pass", m.Payload)
+	}
+	c := b.calls.waitCalls(t, soon.UUID, 1, 10*time.Second)[0]
+	require.False(t, c.at.Before(dueSoon), "handled %s early", dueSoon.Sub(c.at))
+
+	time.Sleep(300 * time.Millisecond)
+	settled := counting.count(deferred)
+	require.LessOrEqual(t, settled, 4, "each pass puts back what is not due, once")
+	time.Sleep(time.Second)
+	require.Equal(t, settled, counting.count(deferred), "no passes while nothing is due")
+	require.Empty(t, b.calls.of(later.UUID))
+}

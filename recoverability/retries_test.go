@@ -13,11 +13,28 @@ import (
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
+// transports run a test on GoChannel, which hands a subscriber many messages at once, and on
+// durable FIFO queues that hand over one at a time (as AMQP with prefetch 1 does), where the
+// message the deferred queue's processor holds keeps the others back.
+func transports(t *testing.T, test func(t *testing.T, ps pubSub)) {
+	t.Run("GoChannel", func(t *testing.T) {
+		t.Parallel()
+		test(t, newGoChannel(t))
+	})
+	t.Run("durable FIFO queues", func(t *testing.T) {
+		t.Parallel()
+		test(t, newDurableQueues())
+	})
+}
+
 // Shuttle's own check of its deferred queue: messages ignored for 3, 2 and 1 seconds are all back
 // in the work queue within 3.5 seconds.
 func TestShuttleDeferredMessagesAreBackWithinTheirTime(t *testing.T) {
 	t.Parallel()
-	ps := newGoChannel(t)
+	transports(t, testShuttleDeferredMessages)
+}
+
+func testShuttleDeferredMessages(t *testing.T, ps pubSub) {
 	b := start(t, ps, baseConfig(ps), nil)
 
 	started := time.Now()
@@ -32,6 +49,7 @@ func TestShuttleDeferredMessagesAreBackWithinTheirTime(t *testing.T) {
 		require.Len(t, calls, 1, "a waiting message is handled once, when due")
 		require.False(t, calls[0].at.Before(due), "handled %s early", due.Sub(calls[0].at))
 		require.Empty(t, calls[0].metadata.Get(wire.HeaderRetryIgnoreUntil), "the deferred queue returns it without its ignore-until")
+		t.Logf("ignored until +%s, handled %s after that", due.Sub(started).Round(time.Millisecond), calls[0].at.Sub(due).Round(time.Millisecond))
 	}
 	require.Less(t, time.Since(started), 3500*time.Millisecond)
 }
@@ -136,7 +154,10 @@ func TestPanicCountsAsAFailure(t *testing.T) {
 
 func TestDeferredQueueDoesNotSpinOnMessagesThatAreNotDue(t *testing.T) {
 	t.Parallel()
-	ps := newGoChannel(t)
+	transports(t, testNoSpin)
+}
+
+func testNoSpin(t *testing.T, ps pubSub) {
 	counting := &countingPublisher{Publisher: ps}
 	cfg := baseConfig(ps)
 	cfg.Publisher = counting
@@ -161,7 +182,10 @@ func TestDeferredQueueDoesNotSpinOnMessagesThatAreNotDue(t *testing.T) {
 
 func TestEarlierMessageLowersTheNextProcessingTime(t *testing.T) {
 	t.Parallel()
-	ps := newGoChannel(t)
+	transports(t, testLowering)
+}
+
+func testLowering(t *testing.T, ps pubSub) {
 	b := start(t, ps, baseConfig(ps), nil)
 
 	late := waiting("late", time.Now().Add(time.Hour))
@@ -255,4 +279,25 @@ func TestOneDeferredQueuePerRouter(t *testing.T) {
 			require.ErrorIs(t, err, want, "two handlers may not share one deferred queue")
 		}
 	}
+}
+
+// A long wait is broken into passes MaxDeferredHold apart, so no delivery stays unacked longer
+// than a broker allows; that is a pass now and then, not a loop.
+func TestMaxDeferredHoldBoundsHowLongAMessageIsHeld(t *testing.T) {
+	t.Parallel()
+	ps := newDurableQueues()
+	counting := &countingPublisher{Publisher: ps}
+	cfg := baseConfig(ps)
+	cfg.Publisher = counting
+	cfg.MaxDeferredHold = 300 * time.Millisecond
+	b := start(t, ps, cfg, nil)
+
+	msg := waiting("in an hour", time.Now().Add(time.Hour))
+	require.NoError(t, ps.Publish(workQueue, msg))
+	time.Sleep(2 * time.Second)
+	putBack := counting.count(b.retries.DeferredQueue()) - 1 // less the move from the work queue
+	require.GreaterOrEqual(t, putBack, 2, "passes were made while the message waited")
+	require.Less(t, putBack, 20, "about one pass per MaxDeferredHold, not a spin")
+	require.Empty(t, b.calls.of(msg.UUID))
+	t.Logf("%d passes in 2 s with MaxDeferredHold 300ms", putBack)
 }
