@@ -68,6 +68,8 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("Endpoint or Table must be set"))
 	} else if err := validateIdentifier("Table", table); err != nil {
 		errs = append(errs, err)
+	} else if strings.HasPrefix(table, "#") {
+		errs = append(errs, fmt.Errorf("Table %q starts with #, which would make it a temporary table", table))
 	}
 	if c.Schema != "" {
 		if err := validateIdentifier("Schema", c.Schema); err != nil {
@@ -106,8 +108,6 @@ func validateIdentifier(field, name string) error {
 		return fmt.Errorf("%s %q contains a NUL character", field, name)
 	case strings.HasSuffix(name, " "):
 		return fmt.Errorf("%s %q ends with a space, which SQL Server drops from names, so it would name another object", field, name)
-	case strings.HasPrefix(name, "#"):
-		return fmt.Errorf("%s %q starts with #, which would make it a temporary object", field, name)
 	}
 	return nil
 }

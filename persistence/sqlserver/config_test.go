@@ -23,7 +23,7 @@ func TestConfigValidate(t *testing.T) {
 		{Endpoint: strings.Repeat("日", 128-len(".timeouts"))},
 		{Endpoint: `it's [fine]; DROP TABLE x; --`},
 		{Table: "t", Schema: "s]'", MaxOpenConns: 3},
-		{Table: " leading space", Schema: "not#first"},
+		{Table: " leading space", Schema: "#schema"},
 	}
 	for _, c := range valid {
 		require.NoError(t, c.Validate(), "%+v", c)
@@ -35,7 +35,7 @@ func TestConfigValidate(t *testing.T) {
 		"NUL":                             {Table: "a\x00b"},
 		"not valid UTF-8":                 {Table: "a\xffb"},
 		"ends with a space":               {Table: "t "},
-		"temporary":                       {Table: "#t"},
+		"temporary table":                 {Table: "#t"},
 		"Schema":                          {Table: "t", Schema: strings.Repeat("s", 129)},
 		"MaxOpenConns cannot be negative": {Table: "t", MaxOpenConns: -1},
 	}

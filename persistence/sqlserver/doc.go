@@ -1,5 +1,5 @@
-// Package sqlserver is the persistence.Store on Microsoft SQL Server (2012 or later) and Azure
-// SQL: timeouts in one table, shared safely by any number of endpoint instances, through
+// Package sqlserver is the persistence.Store on Microsoft SQL Server and Azure SQL Database:
+// timeouts in one table, shared safely by any number of endpoint instances, through
 // database/sql and github.com/microsoft/go-mssqldb. It is the Go form of the SQL Server delayed
 // message store that NServiceBus's MSMQ transport ships, and starts from that store's schema and
 // T-SQL.
@@ -57,8 +57,9 @@
 // Index_AvailableAt WITH (READPAST, UPDLOCK, ROWLOCK) and their AvailableAt is moved to the end
 // of the lease (OUTPUT returns their ids), so concurrent pollers never wait for each other nor
 // get the same timeout. As in the seed, whose FetchNextDueTimeout compares with the time it is
-// given, all times come from the caller (ClaimDue's now), never from GETUTCDATE(). No watermark is kept, so a timeout committed late is still found
-// (NServiceBus#3500). Because claims use OUTPUT without INTO, the table must have no triggers.
+// given, all times come from the caller (ClaimDue's now), never from GETUTCDATE(). No watermark
+// is kept, so a timeout committed late is still found (NServiceBus#3500). Because claims use
+// OUTPUT without INTO, the table must have no triggers.
 //
 // # Values
 //

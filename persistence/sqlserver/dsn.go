@@ -17,7 +17,8 @@ const redacted = "xxxxx"
 
 // dsnSecrets returns the passwords in dsn, found as the driver reads them and, for a DSN it
 // cannot read, as a person most likely meant them, so that an error about a malformed DSN hides
-// them too. Longest first, so that a password that contains another is replaced whole.
+// them too. Longest first, so that a password that contains another is replaced whole. (The
+// driver's parser reads any certificate file the DSN names; it has no other effect.)
 func dsnSecrets(dsn string) []string {
 	var secrets []string
 	add := func(s string) {

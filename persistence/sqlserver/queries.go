@@ -51,8 +51,8 @@ func newQueries(schema, table string) queries {
 	return queries{
 		table: t,
 
-		// A batch of its own: SQL Server checks that a table's schema exists when it compiles
-		// the batch that creates the table.
+		// CREATE SCHEMA must be alone in its batch, hence EXEC; and a batch of its own before the
+		// table's, so that the CREATE TABLE never names a schema its own batch created.
 		setupSchema: fmt.Sprintf(`IF SCHEMA_ID(%s) IS NULL
 	EXEC(%s);
 `, quoteString(schema), quoteString("CREATE SCHEMA "+s)),
