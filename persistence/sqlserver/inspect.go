@@ -31,6 +31,12 @@ func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persi
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
+	if opts.Owner != "" && !storable(opts.Owner) {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("sqlserver: list: %w", err)
+		}
+		return nil, nil // no timeout has that owner (see storable)
+	}
 	var (
 		rows *sql.Rows
 		err  error

@@ -228,6 +228,12 @@ func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease ti
 
 // Peek returns the timeout with that id, claimed or not.
 func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error) {
+	if err := ctx.Err(); err != nil {
+		return persistence.Timeout{}, fmt.Errorf("sqlserver: peek %q: %w", id, err)
+	}
+	if !storable(id) {
+		return persistence.Timeout{}, fmt.Errorf("%w: %q", persistence.ErrNotFound, id)
+	}
 	var (
 		t        = persistence.Timeout{ID: id}
 		due      utcTime
@@ -250,29 +256,17 @@ func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error
 
 // Remove deletes the timeout with that id once it was forwarded.
 func (s *Store) Remove(ctx context.Context, id string) (bool, error) {
-	n, err := s.count(ctx, s.q.delete, sql.Named("id", id))
-	if err != nil {
-		return false, fmt.Errorf("sqlserver: remove %q: %w", id, err)
-	}
-	return n > 0, nil
+	return s.execOne(ctx, "remove", s.q.delete, id)
 }
 
 // Cancel deletes the timeout with that id so it is never delivered.
 func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
-	n, err := s.count(ctx, s.q.delete, sql.Named("id", id))
-	if err != nil {
-		return false, fmt.Errorf("sqlserver: cancel %q: %w", id, err)
-	}
-	return n > 0, nil
+	return s.execOne(ctx, "cancel", s.q.delete, id)
 }
 
 // IncrementFailureCount records a failed forwarding attempt.
 func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, error) {
-	n, err := s.count(ctx, s.q.incrementFailureCount, sql.Named("id", id))
-	if err != nil {
-		return false, fmt.Errorf("sqlserver: increment failure count of %q: %w", id, err)
-	}
-	return n > 0, nil
+	return s.execOne(ctx, "increment failure count of", s.q.incrementFailureCount, id)
 }
 
 // CancelByOwner deletes every timeout of owner. An empty owner cancels nothing: it means "no
@@ -281,7 +275,7 @@ func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("sqlserver: cancel timeouts of %q: %w", owner, err)
 	}
-	if owner == "" {
+	if owner == "" || !storable(owner) {
 		return 0, nil
 	}
 	n, err := s.count(ctx, s.q.cancelByOwner, sql.Named("owner", owner))
@@ -289,6 +283,28 @@ func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
 		return 0, fmt.Errorf("sqlserver: cancel timeouts of %q: %w", owner, err)
 	}
 	return int(n), nil
+}
+
+// execOne runs a statement on one id and reports whether it found the row.
+func (s *Store) execOne(ctx context.Context, what, query, id string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("sqlserver: %s %q: %w", what, id, err)
+	}
+	if !storable(id) {
+		return false, nil
+	}
+	n, err := s.count(ctx, query, sql.Named("id", id))
+	if err != nil {
+		return false, fmt.Errorf("sqlserver: %s %q: %w", what, id, err)
+	}
+	return n > 0, nil
+}
+
+// storable reports whether s could be a stored id or owner (see validateTimeout). One that could
+// not is looked up in no query, where it could find another timeout: the driver would send
+// invalid UTF-8 as U+FFFD, and SQL Server compares "a " as "a".
+func storable(s string) bool {
+	return utf8.ValidString(s) && !strings.HasSuffix(s, " ")
 }
 
 // count runs a statement that ends in SELECT @@ROWCOUNT and returns the count.

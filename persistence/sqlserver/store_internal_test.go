@@ -387,6 +387,35 @@ func TestCounts(t *testing.T) {
 	require.Len(t, fake.recorded(), before, "an empty owner sends nothing")
 }
 
+// TestUnstorableKeysFindNothing: an id or owner Store would refuse is looked up in no query,
+// where SQL Server would find another timeout: the driver sends invalid UTF-8 as U+FFFD, and
+// "a " compares equal to "a".
+func TestUnstorableKeysFindNothing(t *testing.T) {
+	t.Parallel()
+	store, fake := newFakeStore(t, Config{Endpoint: ordersEndpoint}, func(call) answer {
+		return rowsOf([]driver.Value{int64(1)}) // were a query sent, it would find a row
+	})
+	ctx := t.Context()
+	for _, key := range []string{"a ", "a\xff", "\xff"} {
+		_, err := store.Peek(ctx, key)
+		require.ErrorIs(t, err, persistence.ErrNotFound, "%q", key)
+		for name, f := range map[string]func(ctx context.Context, id string) (bool, error){
+			"Remove": store.Remove, "Cancel": store.Cancel, "IncrementFailureCount": store.IncrementFailureCount,
+		} {
+			ok, err := f(ctx, key)
+			require.NoError(t, err, name)
+			require.False(t, ok, "%s(%q)", name, key)
+		}
+		n, err := store.CancelByOwner(ctx, key)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		list, err := store.List(ctx, persistence.ListOptions{Owner: key})
+		require.NoError(t, err)
+		require.Empty(t, list)
+	}
+	require.Empty(t, fake.recorded())
+}
+
 func TestList(t *testing.T) {
 	t.Parallel()
 	q := queriesFor(t, Config{Endpoint: ordersEndpoint})
