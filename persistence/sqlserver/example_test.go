@@ -3,6 +3,7 @@ package sqlserver_test
 import (
 	"fmt"
 	"log"
+	"strings"
 
 	"github.com/timeoutmill/timeoutmill/persistence/sqlserver"
 )
@@ -65,4 +66,23 @@ func ExampleConfig_String() {
 	fmt.Println(config)
 	// Output:
 	// sqlserver.Config{DSN: "sqlserver://timeoutmill:xxxxx@db.internal?database=app", Endpoint: "orders", Schema: "", Table: "", MaxOpenConns: 0}
+}
+
+// ExampleConfig_Validate shows which names a store accepts. Quotes, brackets and semicolons are
+// fine: names are always bracketed. A name SQL Server cannot hold, or would take for another, is
+// refused.
+func ExampleConfig_Validate() {
+	for _, config := range []sqlserver.Config{
+		{Endpoint: "orders"},
+		{Endpoint: `it's [orders]; DROP TABLE users; --`},
+		{Endpoint: strings.Repeat("x", 120)},
+		{Endpoint: "orders", Schema: "sales "},
+	} {
+		fmt.Println(config.Validate())
+	}
+	// Output:
+	// <nil>
+	// <nil>
+	// sqlserver: invalid config: Table "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx.timeouts" is longer than 128 UTF-16 code units, SQL Server's limit for a name (with the default Table, Endpoint may have at most 119)
+	// sqlserver: invalid config: Schema "sales " ends with a space, which SQL Server drops from names, so it would name another object
 }
