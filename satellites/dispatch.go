@@ -1,6 +1,7 @@
 package satellites
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -15,6 +16,14 @@ import (
 	"github.com/timeoutmill/timeoutmill/recoverability"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
+
+// Forwarder delivers a due timeout's message and removes the timeout. The default publishes, then
+// removes (at least once); a transport sharing the store's database does both in one transaction
+// (exactly once). removed is false when the timeout was already gone, in which case nothing may
+// have been published.
+type Forwarder interface {
+	Forward(ctx context.Context, t persistence.Timeout, msg *message.Message) (removed bool, err error)
+}
 
 // DispatchConfig configures the dispatch satellite.
 type DispatchConfig struct {
@@ -36,6 +45,10 @@ type DispatchConfig struct {
 	// RecoveryBreaker counts failures to record a failed forwarding attempt
 	// (MaximumRecoveryFailuresPerSecond). Optional.
 	RecoveryBreaker *critical.RateBreaker
+	// Forwarder, when set, delivers each due message and removes its timeout in one step (exactly
+	// once, where the transport shares the store's database). Defaults to publishing with
+	// Publisher, then removing from Store (at least once).
+	Forwarder Forwarder
 	// OnDispatched is told of each timeout delivered and when. Optional (metrics use it).
 	OnDispatched func(t persistence.Timeout, deliveredAt time.Time)
 }
@@ -110,21 +123,43 @@ func (d *Dispatch) Handle(msg *message.Message) error {
 	out := message.NewMessage(t.ID, t.Payload)
 	out.Metadata = withoutRoutingHeaders(t.Metadata, wire.IsRoutingHeader)
 	out.SetContext(ctx)
+	if d.cfg.Forwarder != nil {
+		return d.forwardAndRemove(msg, t, out)
+	}
 	if err := d.cfg.Publisher.Publish(t.Destination, out); err != nil {
 		return d.forwardFailed(msg, t, out, err)
 	}
+	d.dispatched(t)
+	d.remove(msg, id)
+	return nil
+}
+
+// forwardAndRemove lets the configured Forwarder deliver and remove in one step (exactly once).
+func (d *Dispatch) forwardAndRemove(msg *message.Message, t persistence.Timeout, out *message.Message) error {
+	removed, err := d.cfg.Forwarder.Forward(messageContext(msg), t, out)
+	if err != nil {
+		return d.forwardFailed(msg, t, out, err)
+	}
+	if !removed {
+		d.logger.Debug("Timeout already dispatched or cancelled; nothing forwarded", watermill.LogFields{"timeout_id": t.ID})
+		return nil
+	}
+	d.dispatched(t)
+	return nil
+}
+
+func (d *Dispatch) dispatched(t persistence.Timeout) {
 	if d.cfg.OnDispatched != nil {
 		d.cfg.OnDispatched(t, time.Now())
 	}
 	d.cfg.Breaker.Success()
-	d.remove(msg, id)
-	return nil
 }
 
 // forwardFailed counts a failed attempt; past NumberOfRetries the message goes to the error queue
 // and leaves the store. Otherwise the dispatcher message is nacked and the attempt repeated.
 func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, out *message.Message, cause error) error {
-	ctx := messageContext(msg)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(messageContext(msg)), afterForwardTimeout)
+	defer cancel()
 	fields := watermill.LogFields{"timeout_id": t.ID, "destination": t.Destination}
 	d.logger.Error("Forwarding due message failed", cause, fields)
 	found, err := d.cfg.Store.IncrementFailureCount(ctx, t.ID)
@@ -176,12 +211,20 @@ func (d *Dispatch) unreadable(msg *message.Message, id string, cause error) erro
 // removeAttempts bounds how often remove retries a failing store before giving up.
 const removeAttempts = 3
 
+// afterForwardTimeout bounds the store calls that follow a forward attempt (recording a failure,
+// removing the timeout). They run to the end even when the message's context is cancelled by a
+// shutdown: the forward already happened, or failed, and the store must learn of it.
+const afterForwardTimeout = 30 * time.Second
+
 // remove deletes a forwarded timeout. It is not allowed to fail the dispatcher message: the
 // message is delivered, and a redelivery would forward it again at once. If the store keeps
 // failing, the timeout stays claimed and is forwarded once more when its lease runs out: the
 // at-least-once duplicate.
 func (d *Dispatch) remove(msg *message.Message, id string) {
-	ctx := messageContext(msg)
+	// The message is out: removing its timeout must finish even while the router shuts down and
+	// cancels message contexts, or it would be delivered again after the restart.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(messageContext(msg)), afterForwardTimeout)
+	defer cancel()
 	fields := watermill.LogFields{"timeout_id": id}
 	for attempt := 1; ; attempt++ {
 		removed, err := d.cfg.Store.Remove(ctx, id)

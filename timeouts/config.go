@@ -10,6 +10,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/critical"
 	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/satellites"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -89,6 +90,10 @@ type Config struct {
 	// labelled with the endpoint): stored, dispatched, early, pending, failures by stage, breaker
 	// state and a histogram of dispatch lateness. Defaults to none.
 	MetricsRegisterer prometheus.Registerer
+	// Forwarder, when set, forwards each due message and removes its timeout in one transaction:
+	// exactly-once delivery where the transport shares the store's database (see
+	// transport/sqltransport). Defaults to publishing with Publisher, then removing: at least once.
+	Forwarder satellites.Forwarder
 	// SkipInfrastructureSetup leaves the store's tables to the operator (see `timeoutmill setup`).
 	SkipInfrastructureSetup bool
 }

@@ -125,6 +125,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		NumberOfRetries: config.NumberOfRetries,
 		RecoveryBreaker: recoveryBreaker,
 		OnDispatched:    m.metrics.onDispatched,
+		Forwarder:       config.Forwarder,
 	}, m.logger); err != nil {
 		return nil, err
 	}
