@@ -1,0 +1,123 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/timeoutmill/timeoutmill/persistence"
+)
+
+// Benchmark measures a backend the way the satellites use it, as sub-benchmarks reporting
+// rates: Store (many goroutines storing, as the store satellite under load), ClaimAndRemove
+// (4 goroutines claiming batches of 100 due ids and removing each, as poller and dispatcher
+// drain a backlog) and Peek (one goroutine looking timeouts up, a read that commits nothing).
+// newStore returns an empty store of its own; Benchmark closes it.
+func Benchmark(b *testing.B, newStore func(b *testing.B) persistence.Store) {
+	b.Run("Store", func(b *testing.B) {
+		store := newStore(b)
+		defer store.Close()
+		ctx := b.Context()
+		due := time.Now().Add(time.Hour)
+		var next atomic.Int64
+		b.SetParallelism(8)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := store.Store(ctx, benchTimeout(next.Add(1), due)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "stores/s")
+	})
+
+	b.Run("ClaimAndRemove", func(b *testing.B) {
+		store := newStore(b)
+		defer store.Close()
+		ctx := b.Context()
+		now := time.Now()
+		fill(ctx, b, store, b.N, now.Add(-time.Hour))
+		b.ResetTimer()
+		var (
+			wg      sync.WaitGroup
+			removed atomic.Int64
+		)
+		for range 4 {
+			wg.Go(func() {
+				for {
+					ids, err := store.ClaimDue(ctx, now, 100, time.Minute)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if len(ids) == 0 {
+						return
+					}
+					for _, id := range ids {
+						if ok, err := store.Remove(ctx, id); err != nil || !ok {
+							b.Errorf("Remove %q: %v, %v", id, ok, err)
+							return
+						}
+						removed.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if int(removed.Load()) != b.N {
+			b.Fatalf("removed %d of %d", removed.Load(), b.N)
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claim+remove/s")
+	})
+
+	b.Run("Peek", func(b *testing.B) {
+		store := newStore(b)
+		defer store.Close()
+		ctx := b.Context()
+		const n = 1000
+		fill(ctx, b, store, n, time.Now())
+		b.ResetTimer()
+		for i := range b.N {
+			if _, err := store.Peek(ctx, benchTimeout(int64(i%n)+1, time.Time{}).ID); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "peeks/s")
+	})
+}
+
+func benchTimeout(i int64, due time.Time) persistence.Timeout {
+	id := fmt.Sprintf("%020d", i)
+	return persistence.Timeout{
+		ID:          id,
+		Destination: "orders",
+		Due:         due,
+		Payload:     []byte(`{"order":"12345","amount":99.5}`),
+		Metadata:    map[string]string{"_watermill_message_uuid": id, "trace": "abc"},
+	}
+}
+
+// fill stores n timeouts due at due from 16 goroutines.
+func fill(ctx context.Context, b *testing.B, store persistence.Store, n int, due time.Time) {
+	b.Helper()
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+	)
+	for range 16 {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				if _, err := store.Store(ctx, benchTimeout(i, due)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
