@@ -1,0 +1,67 @@
+package sqltransport
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill"
+	// The database/sql drivers of the dialects: "pgx" and "mysql".
+	_ "github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib"
+)
+
+// New returns a Publisher and a Subscriber on the database config names, each on a pool of its
+// own (or both on config.DB), so that consumers holding connections while handlers run can never
+// starve publishing. It fails when the database cannot be reached now.
+func New(ctx context.Context, config Config, logger watermill.LoggerAdapter) (*Publisher, *Subscriber, error) {
+	pub, err := NewPublisher(ctx, config, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	sub, err := NewSubscriber(ctx, config, logger)
+	if err != nil {
+		return nil, nil, errors.Join(err, pub.Close())
+	}
+	return pub, sub, nil
+}
+
+// names is the table naming of config, after setDefaults.
+func (c Config) names() names {
+	return names{dialect: c.Dialect, schema: c.Schema, prefix: c.TablePrefix}
+}
+
+// openDB returns config.DB, or a pool on config.DSN that the caller owns, after checking that
+// the database answers. maxOpen 0 leaves the pool unbounded.
+func openDB(ctx context.Context, config Config, role string, maxOpen int) (db *sql.DB, owns bool, err error) {
+	where := "the database"
+	if config.DB == nil {
+		where = Redact(config.DSN)
+		db, err = sql.Open(config.driverName(), config.DSN)
+		if err != nil {
+			return nil, false, fmt.Errorf("sqltransport: opening the %s's pool on %s: %w", role, where, redactError(err, config.DSN))
+		}
+		db.SetMaxOpenConns(maxOpen)
+		if maxOpen > 0 {
+			db.SetMaxIdleConns(maxOpen)
+		}
+		owns = true
+	} else {
+		db = config.DB
+	}
+	if err := db.PingContext(ctx); err != nil {
+		if owns {
+			_ = db.Close()
+		}
+		return nil, false, fmt.Errorf("sqltransport: connecting the %s to %s: %w", role, where, redactError(err, config.DSN))
+	}
+	return db, owns, nil
+}
+
+func loggerOrNop(logger watermill.LoggerAdapter) watermill.LoggerAdapter {
+	if logger == nil {
+		return watermill.NopLogger{}
+	}
+	return logger
+}
