@@ -1,0 +1,132 @@
+package rabbitmq
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
+)
+
+// ErrInvalidConfig is wrapped by every configuration error of this package.
+var ErrInvalidConfig = errors.New("rabbitmq: invalid configuration")
+
+// Defaults of Config.
+const (
+	DefaultConnectionName  = "timeoutmill native"
+	DefaultChannelPoolSize = 8
+	DefaultDialTimeout     = 10 * time.Second
+	defaultHeartbeat       = 10 * time.Second
+)
+
+// Config configures a Publisher and the commands that set up and check the delay infrastructure.
+type Config struct {
+	// URL of the broker: amqp://user:password@host:port/vhost, or amqps:// for TLS. Required. Its
+	// password never appears in errors or logs.
+	URL string
+
+	// Prefix starts the names of the delay exchanges and queues. Defaults to "timeoutmill". Every
+	// sender and the setup must agree on it.
+	Prefix string
+
+	// QueueType is the kind of the level queues: Quorum (the default), with at-least-once
+	// dead-lettering between levels, or Classic.
+	QueueType QueueType
+
+	// DestinationQueueArguments are the arguments of destination queues the Publisher creates
+	// because they did not exist. Defaults to none: classic durable queues, as amqptransport
+	// creates them. A queue that exists is used as it is.
+	DestinationQueueArguments amqp.Table
+
+	// ConnectionName names the Publisher's connections on the broker. Defaults to
+	// "timeoutmill native".
+	ConnectionName string
+
+	// ChannelPoolSize is how many Publish calls may send at once, each on a channel of its own.
+	// Defaults to 8.
+	ChannelPoolSize int
+
+	// TLS configures amqps:// connections. Defaults to the system's roots and the URL's host.
+	TLS *tls.Config
+
+	// DialTimeout bounds opening a connection. Defaults to 10 s.
+	DialTimeout time.Duration
+
+	// Reconnect paces reconnection after the connection was lost. Defaults to amqptransport's.
+	Reconnect *wamqp.ReconnectConfig
+}
+
+func (c *Config) setDefaults() {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.QueueType == "" {
+		c.QueueType = Quorum
+	}
+	if c.ConnectionName == "" {
+		c.ConnectionName = DefaultConnectionName
+	}
+	if c.ChannelPoolSize == 0 {
+		c.ChannelPoolSize = DefaultChannelPoolSize
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+}
+
+// Validate reports the first missing or impossible setting. Its errors show the URL with the
+// password replaced.
+func (c Config) Validate() error {
+	if c.URL == "" {
+		return fmt.Errorf("%w: URL is required (amqp://user:password@host:port/vhost)", ErrInvalidConfig)
+	}
+	if _, err := amqp.ParseURI(c.URL); err != nil {
+		return fmt.Errorf("%w: URL %s: %s", ErrInvalidConfig, amqptransport.Redact(c.URL), redactText(err.Error(), c.URL))
+	}
+	if _, err := NewTopology(c.Prefix, c.QueueType); err != nil {
+		return err
+	}
+	switch {
+	case c.ChannelPoolSize < 0:
+		return fmt.Errorf("%w: ChannelPoolSize must be positive, got %d", ErrInvalidConfig, c.ChannelPoolSize)
+	case c.DialTimeout < 0:
+		return fmt.Errorf("%w: DialTimeout must be positive, got %s", ErrInvalidConfig, c.DialTimeout)
+	}
+	return nil
+}
+
+// topology is the Topology the (defaulted, valid) config names.
+func (c Config) topology() Topology {
+	return Topology{prefix: c.Prefix, queueType: c.QueueType}
+}
+
+// transportConfig is the amqptransport configuration of the Publisher's declaring connection.
+func (c Config) transportConfig() amqptransport.Config {
+	return amqptransport.Config{
+		URL:             c.URL,
+		ConnectionName:  c.ConnectionName,
+		ChannelPoolSize: 1,
+		QueueArguments:  c.DestinationQueueArguments,
+		TLS:             c.TLS,
+		DialTimeout:     c.DialTimeout,
+		Reconnect:       c.Reconnect,
+	}
+}
+
+// amqpConfig is the amqp091-go configuration of a connection of this package.
+func (c Config) amqpConfig(role string) amqp.Config {
+	return amqp.Config{
+		Heartbeat:       defaultHeartbeat,
+		Locale:          "en_US",
+		TLSClientConfig: c.TLS,
+		Dial:            amqp.DefaultDial(c.DialTimeout),
+		Properties: amqp.Table{
+			"connection_name": c.ConnectionName + " " + role,
+			"product":         "timeoutmill native delay (amqp091-go)",
+		},
+	}
+}

@@ -1,0 +1,48 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// prober sends Verify's probe messages: mandatory, confirmed, with a TTL of 0 so that a probe
+// that reaches a level queue leaves it at once, and marked so that nobody mistakes one for a
+// message of an application.
+type prober struct {
+	s *sender
+}
+
+// probeHeader marks probe messages.
+const probeHeader = "timeoutmill-probe"
+
+func newProber(conn *amqp.Connection) (*prober, error) {
+	s, err := newSender(conn)
+	if err != nil {
+		return nil, err
+	}
+	return &prober{s: s}, nil
+}
+
+// routes reports whether a probe published to exchange with key reaches a queue.
+func (p *prober) routes(ctx context.Context, exchange, key string) (bool, error) {
+	results, err := p.s.send(ctx, []outgoing{{exchange: exchange, key: key, msg: amqp.Publishing{
+		MessageId:  "probe:" + key,
+		Expiration: "0",
+		Headers:    amqp.Table{probeHeader: true},
+	}}})
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case results[0] == nil:
+		return true, nil
+	case errors.Is(results[0], ErrUnroutable):
+		return false, nil
+	}
+	return false, fmt.Errorf("probe to exchange %s: %w", exchange, results[0])
+}
+
+func (p *prober) close() { p.s.close() }

@@ -1,0 +1,202 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// QueueType is the kind of queue each delay level uses.
+type QueueType string
+
+const (
+	// Quorum queues replicate and, with at-least-once dead-lettering, hand an expired message to
+	// the next level with publisher confirms: a message is never lost between levels (RabbitMQ
+	// 3.10 or later). The default.
+	Quorum QueueType = "quorum"
+	// Classic durable queues dead-letter at most once: a message can be lost between levels if
+	// the broker stops at that moment. For brokers older than 3.10.
+	Classic QueueType = "classic"
+)
+
+// DefaultPrefix starts the names of the delay infrastructure.
+const DefaultPrefix = "timeoutmill"
+
+// maxPrefix leaves room in a 255-byte AMQP name for ".delay-level-27" and ".delay-delivery".
+const maxPrefix = 200
+
+// Topology names the delay infrastructure and says which queues it uses:
+//
+//	<prefix>.delay-level-27 ... <prefix>.delay-level-00   a topic exchange and a queue each
+//	<prefix>.delay-delivery                               the topic exchange destinations bind to
+//	<prefix>.delay-probes                                 where verify's probe messages end
+//
+// The zero value is not usable; NewTopology fills in the defaults.
+type Topology struct {
+	prefix    string
+	queueType QueueType
+}
+
+// NewTopology returns the topology with names starting with prefix ("" means DefaultPrefix) and
+// queues of queueType ("" means Quorum).
+func NewTopology(prefix string, queueType QueueType) (Topology, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if queueType == "" {
+		queueType = Quorum
+	}
+	switch {
+	case len(prefix) > maxPrefix:
+		return Topology{}, fmt.Errorf("%w: prefix %q is longer than %d bytes", ErrInvalidConfig, prefix, maxPrefix)
+	case strings.ContainsAny(prefix, "*# \t\r\n"):
+		return Topology{}, fmt.Errorf("%w: prefix %q must not contain whitespace, '*' or '#'", ErrInvalidConfig, prefix)
+	case strings.HasPrefix(prefix, "amq."):
+		return Topology{}, fmt.Errorf("%w: prefix %q: names starting with amq. are reserved by the broker", ErrInvalidConfig, prefix)
+	case queueType != Quorum && queueType != Classic:
+		return Topology{}, fmt.Errorf("%w: queue type %q: expected %q or %q", ErrInvalidConfig, queueType, Quorum, Classic)
+	}
+	return Topology{prefix: prefix, queueType: queueType}, nil
+}
+
+// Prefix starts every name of the topology.
+func (t Topology) Prefix() string { return t.prefix }
+
+// QueueType is the kind of the level queues.
+func (t Topology) QueueType() QueueType { return t.queueType }
+
+// Exchange names the topic exchange of a delay level (0..27).
+func (t Topology) Exchange(level int) string {
+	return fmt.Sprintf("%s.delay-level-%02d", t.prefix, level)
+}
+
+// Queue names the queue of a delay level (0..27); it has the name of the level's exchange.
+func (t Topology) Queue(level int) string { return t.Exchange(level) }
+
+// DeliveryExchange names the topic exchange that level 0 ends in; each destination queue is
+// bound to it.
+func (t Topology) DeliveryExchange() string { return t.prefix + ".delay-delivery" }
+
+// ProbeQueue names the queue that verify's probe messages end in. It keeps nothing: it is
+// limited to zero messages.
+func (t Topology) ProbeQueue() string { return t.prefix + ".delay-probes" }
+
+// TTLMillis is the time a message spends in the queue of level: 2^level seconds.
+func TTLMillis(level int) int64 { return int64(1000) << level }
+
+// deadLetterExchange is where the queue of level sends expired messages: the level below, or
+// the delivery exchange for level 0.
+func (t Topology) deadLetterExchange(level int) string {
+	if level == 0 {
+		return t.DeliveryExchange()
+	}
+	return t.Exchange(level - 1)
+}
+
+// QueueArguments are the arguments the queue of level is declared with.
+func (t Topology) QueueArguments(level int) amqp.Table {
+	args := amqp.Table{
+		"x-queue-type":           string(t.queueType),
+		"x-message-ttl":          TTLMillis(level),
+		"x-dead-letter-exchange": t.deadLetterExchange(level),
+	}
+	if t.queueType == Quorum {
+		// At-least-once dead-lettering needs reject-publish: RabbitMQ falls back to at most once
+		// with the default drop-head.
+		args["x-dead-letter-strategy"] = "at-least-once"
+		args["x-overflow"] = "reject-publish"
+	}
+	return args
+}
+
+// probeQueueArguments make the probe queue drop every message it gets: a probe only has to
+// arrive somewhere, and a quorum level queue dead-lettering at least once would keep retrying a
+// probe that arrives nowhere.
+func probeQueueArguments() amqp.Table {
+	return amqp.Table{"x-queue-type": string(Classic), "x-max-length": int64(0)}
+}
+
+// QueueBindingKey binds the queue of level to its exchange: the level's bit is 1.
+func QueueBindingKey(level int) string { return strings.Repeat("*.", Levels-1-level) + "1.#" }
+
+// NextBindingKey binds the exchange below level (or the delivery exchange, below level 0) to the
+// exchange of level: the level's bit is 0.
+func NextBindingKey(level int) string { return strings.Repeat("*.", Levels-1-level) + "0.#" }
+
+// DestinationBindingKey binds a destination queue to the delivery exchange, as NServiceBus does:
+// "#." and the queue's name.
+func DestinationBindingKey(destination string) string { return "#." + destination }
+
+// Setup declares the delay infrastructure on conn: every exchange, queue and binding. It is
+// idempotent. A queue that exists with other arguments (another TTL, another queue type) makes it
+// fail with the broker's PRECONDITION_FAILED, naming the queue; Verify lists every such
+// difference.
+func (t Topology) Setup(ctx context.Context, conn *amqp.Connection) error {
+	return onChannel(conn, func(ch *amqp.Channel) error {
+		step := func(what string, do func() error) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := do(); err != nil {
+				return fmt.Errorf("rabbitmq: %s: %w", what, err)
+			}
+			return nil
+		}
+		declareExchange := func(name string) error {
+			return step("declaring exchange "+name, func() error {
+				return ch.ExchangeDeclare(name, amqp.ExchangeTopic, true, false, false, false, nil)
+			})
+		}
+		if err := declareExchange(t.DeliveryExchange()); err != nil {
+			return err
+		}
+		for level := 0; level < Levels; level++ {
+			if err := declareExchange(t.Exchange(level)); err != nil {
+				return err
+			}
+			if err := step("declaring queue "+t.Queue(level), func() error {
+				_, err := ch.QueueDeclare(t.Queue(level), true, false, false, false, t.QueueArguments(level))
+				return err
+			}); err != nil {
+				return err
+			}
+			if err := step("binding queue "+t.Queue(level), func() error {
+				return ch.QueueBind(t.Queue(level), QueueBindingKey(level), t.Exchange(level), false, nil)
+			}); err != nil {
+				return err
+			}
+			if err := step("binding exchange "+t.deadLetterExchange(level)+" to "+t.Exchange(level), func() error {
+				return ch.ExchangeBind(t.deadLetterExchange(level), NextBindingKey(level), t.Exchange(level), false, nil)
+			}); err != nil {
+				return err
+			}
+		}
+		if err := step("declaring queue "+t.ProbeQueue(), func() error {
+			_, err := ch.QueueDeclare(t.ProbeQueue(), true, false, false, false, probeQueueArguments())
+			return err
+		}); err != nil {
+			return err
+		}
+		return step("binding queue "+t.ProbeQueue(), func() error {
+			return ch.QueueBind(t.ProbeQueue(), DestinationBindingKey(t.ProbeQueue()), t.DeliveryExchange(), false, nil)
+		})
+	})
+}
+
+// onChannel runs use on a channel of its own (a failed declaration closes its channel).
+func onChannel(conn *amqp.Connection, use func(ch *amqp.Channel) error) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("rabbitmq: opening a channel: %w", err)
+	}
+	err = use(ch)
+	if !ch.IsClosed() {
+		if cerr := ch.Close(); cerr != nil && err == nil && !errors.Is(cerr, amqp.ErrClosed) {
+			err = fmt.Errorf("rabbitmq: closing a channel: %w", cerr)
+		}
+	}
+	return err
+}
