@@ -2,17 +2,22 @@ package connect
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/satellites"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
+	"github.com/timeoutmill/timeoutmill/transport/sqltransport"
 )
 
 // TransportSchemes lists the transport URLs OpenTransport understands, for help texts.
-const TransportSchemes = "amqp://user:pass@host:5672/vhost (or amqps://)"
+const TransportSchemes = "amqp://user:pass@host:5672/vhost (or amqps://), " +
+	"postgres://user:pass@host:5432/db (SQL queues), mysql://user:pass@host:3306/db (SQL queues on MariaDB/MySQL)"
 
 // Transport is a Pub/Sub with queue semantics for an endpoint's queues.
 type Transport struct {
@@ -33,9 +38,15 @@ func (t *Transport) Close() error {
 	return serr
 }
 
-// OpenTransport connects to the broker a URL names. Watermill's in-process GoChannel is refused:
-// a separate process cannot share it.
-func OpenTransport(_ context.Context, rawURL string, logger watermill.LoggerAdapter) (*Transport, error) {
+// OpenTransport connects to the broker or database a URL names:
+//
+//	amqp://user:pass@host:5672/vhost   RabbitMQ (amqps:// for TLS)
+//	postgres://user:pass@host:5432/db?sslmode=disable   SQL queues, one table per queue (or postgresql://)
+//	mysql://user:pass@host:3306/db   SQL queues on MariaDB/MySQL (or go-sql-driver's mysql://user:pass@tcp(host:3306)/db)
+//
+// Watermill's in-process GoChannel is refused: a separate process cannot share it. An
+// unreachable server is an error worth retrying; a URL that cannot work is Permanent.
+func OpenTransport(ctx context.Context, rawURL string, logger watermill.LoggerAdapter) (*Transport, error) {
 	scheme, _, _ := strings.Cut(rawURL, ":")
 	switch strings.ToLower(scheme) {
 	case "amqp", "amqps":
@@ -48,10 +59,84 @@ func OpenTransport(_ context.Context, rawURL string, logger watermill.LoggerAdap
 			return nil, fmt.Errorf("connecting to %s: %w", Redact(rawURL), RedactError(err, rawURL))
 		}
 		return &Transport{Publisher: pub, Subscriber: sub, DeclareEndpoint: pub.DeclareEndpoint}, nil
+	case "postgres", "postgresql":
+		return openSQLTransport(ctx, rawURL, sqltransport.Config{Dialect: sqltransport.PostgreSQL, DSN: rawURL}, logger)
+	case "mysql", "mariadb":
+		dsn, err := MySQLDriverDSN(rawURL)
+		if err != nil {
+			return nil, err
+		}
+		return openSQLTransport(ctx, rawURL, sqltransport.Config{Dialect: sqltransport.MySQL, DSN: dsn}, logger)
 	case "gochannel":
 		return nil, fmt.Errorf("%w: transport %q: Watermill's GoChannel lives inside one process, so a separate timeoutmill process cannot share it; "+
 			"embed timeouts.Manager in your program instead, or use %s", ErrUnsupported, rawURL, TransportSchemes)
 	default:
 		return nil, fmt.Errorf("%w: transport %q: expected %s", ErrUnsupported, Redact(rawURL), TransportSchemes)
 	}
+}
+
+// openSQLTransport opens the SQL queues of cfg; rawURL is what the user gave, for errors.
+func openSQLTransport(ctx context.Context, rawURL string, cfg sqltransport.Config, logger watermill.LoggerAdapter) (*Transport, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: transport %s: %w", ErrInvalid, Redact(rawURL), RedactError(err, rawURL))
+	}
+	pub, sub, err := sqltransport.New(ctx, cfg, logger)
+	if errors.Is(err, sqltransport.ErrInvalidConfig) {
+		return nil, fmt.Errorf("%w: transport %s: %w", ErrInvalid, Redact(rawURL), RedactError(err, rawURL))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", Redact(rawURL), RedactError(err, rawURL))
+	}
+	return &Transport{Publisher: pub, Subscriber: sub, DeclareEndpoint: pub.DeclareEndpoint}, nil
+}
+
+// CheckExactlyOnce tells from the URLs alone, before anything is opened, whether forwarding and
+// removing can share a transaction: only with the SQL transport and the store on PostgreSQL. It
+// returns a Permanent error that says why not, without passwords. ExactlyOnceForwarder checks
+// the rest once both are open: that they reach the same database.
+func CheckExactlyOnce(transportURL, storeDSN string) error {
+	refuse := func(why string, args ...any) error {
+		return fmt.Errorf("%w: exactly once needs the transport and the store on one PostgreSQL database (a postgres:// transport "+
+			"and a postgres:// store), so that forwarding a message and removing its timeout commit together: "+why,
+			append([]any{ErrUnsupported}, args...)...)
+	}
+	transportScheme, _, _ := strings.Cut(transportURL, ":")
+	switch strings.ToLower(transportScheme) {
+	case "postgres", "postgresql":
+	case "amqp", "amqps":
+		return refuse("the transport %s is RabbitMQ, which cannot take part in a database transaction", Redact(transportURL))
+	case "mysql", "mariadb":
+		return refuse("the transport %s is MariaDB/MySQL", Redact(transportURL))
+	default:
+		return refuse("the transport %q is not PostgreSQL", Redact(transportURL))
+	}
+	storeScheme, _, _ := strings.Cut(storeDSN, ":")
+	switch strings.ToLower(storeScheme) {
+	case "postgres", "postgresql":
+		return nil
+	case "sqlite":
+		return refuse("the store %s is SQLite, a file the transport's database cannot see", Redact(storeDSN))
+	case "mysql", "mariadb":
+		return refuse("the store %s is MariaDB/MySQL", Redact(storeDSN))
+	case "sqlserver":
+		return refuse("the store %s is SQL Server", Redact(storeDSN))
+	default:
+		return refuse("the store %q is not PostgreSQL", Redact(storeDSN))
+	}
+}
+
+// ExactlyOnceForwarder returns the dispatch satellite's Forwarder (timeouts.Config.Forwarder)
+// that forwards each due message and removes its timeout in one transaction, for a transport
+// OpenTransport opened on a postgres:// URL and a store OpenStore opened on a postgres:// DSN.
+// It refuses, with a Permanent error that says why, a transport and a store that do not share
+// one PostgreSQL database; an error reaching the database is worth retrying.
+func ExactlyOnceForwarder(ctx context.Context, transport *Transport, store persistence.Store, logger watermill.LoggerAdapter) (satellites.Forwarder, error) {
+	f, err := sqltransport.NewExactlyOnceForwarder(ctx, transport.Publisher, store, logger)
+	if errors.Is(err, sqltransport.ErrExactlyOnceUnsupported) {
+		return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
 }
