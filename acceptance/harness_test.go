@@ -96,10 +96,14 @@ func newEnv(t *testing.T, tag string) *env {
 	e := &env{url: url, endpoint: endpoint, errorQueue: endpoint + ".error", raw: raw}
 	e.queues = []string{wire.TimeoutsQueue(endpoint), wire.DispatcherQueue(endpoint), e.errorQueue}
 	t.Cleanup(func() {
+		_ = raw.Close()
+		// A connection of its own: the test may have had the broker drop raw.
+		conn, err := amqp.Dial(url)
+		require.NoError(t, err)
+		defer conn.Close()
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		deleteQueues(t, raw, e.queues)
-		_ = raw.Close()
+		deleteQueues(t, conn, e.queues)
 	})
 	return e
 }

@@ -1,6 +1,7 @@
 package acceptance
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -19,8 +20,9 @@ import (
 // through, so the timeouts publisher is a drop-in for undelayed traffic.
 //
 // Features: queue semantics (no consumer groups), at-least-once, order kept (one consumer per
-// subscription), persistent. TestReconnect is skipped by the suite itself: it would restart the
-// broker every other test shares (see the transport's reconnection test instead).
+// subscription), persistent. TestReconnect restarts the broker, so it runs only with a broker of
+// its own and TIMEOUTMILL_TEST_RABBITMQ_RESTART set (see TestBrokerRestart), and not under the
+// race detector; otherwise the suite skips it.
 func TestUniversalPubSubSuite(t *testing.T) {
 	t.Parallel()
 	url := testenv.AMQPURL(t)
@@ -34,12 +36,17 @@ func TestUniversalPubSubSuite(t *testing.T) {
 	start := time.Now()
 	t.Cleanup(func() { t.Logf("the universal suite ran for %s", time.Since(start).Round(time.Millisecond)) })
 
+	var restart []string
+	if command := os.Getenv(restartCommandEnv); command != "" && !raceEnabled {
+		restart = []string{"sh", "-c", command}
+	}
 	tests.TestPubSub(t, tests.Features{
 		ConsumerGroups:                      false,
 		ExactlyOnceDelivery:                 false,
 		GuaranteedOrder:                     true,
 		GuaranteedOrderWithSingleSubscriber: true,
 		Persistent:                          true,
+		RestartServiceCommand:               restart,
 		GenerateTopicFunc:                   func(tctx tests.TestContext) string { return prefix + string(tctx.TestID) },
 	}, func(t *testing.T) (message.Publisher, message.Subscriber) {
 		config := amqptransport.Config{URL: url, ConnectionName: prefix + "suite"}
