@@ -56,6 +56,7 @@ func forEachSQLBackend(t *testing.T, scenario func(t *testing.T, e *sqlEnv)) {
 type sqlEnv struct {
 	sqlBackend
 	dsn        string // the driver's DSN of the database
+	schema     string // on PostgreSQL, the test's schema, which the DSN's search_path names
 	endpoint   string
 	errorQueue string
 	db         *sql.DB // to look behind the transport, and to play a producer that writes SQL
@@ -70,7 +71,7 @@ func newSQLEnv(t *testing.T, b sqlBackend, tag string) *sqlEnv {
 		e.dsn, _ = testenv.MySQLDatabase(t)
 		driver = "mysql"
 	} else {
-		e.dsn, _ = testenv.PostgresSchema(t)
+		e.dsn, e.schema = testenv.PostgresSchema(t)
 	}
 	db, err := sql.Open(driver, e.dsn)
 	require.NoError(t, err)
@@ -95,7 +96,7 @@ func (e *sqlEnv) store(t *testing.T) persistence.Store {
 	if e.dialect == sqltransport.MySQL {
 		s, err = mysql.Open(context.Background(), mysql.Config{DSN: e.dsn, Endpoint: e.endpoint})
 	} else {
-		s, err = postgres.Open(context.Background(), postgres.Config{DSN: e.dsn, Endpoint: e.endpoint})
+		s, err = postgres.Open(context.Background(), postgres.Config{DSN: e.dsn, Schema: e.schema, Endpoint: e.endpoint})
 	}
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })
