@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/connect"
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/sqlite"
@@ -160,6 +161,73 @@ func TestRunDeliversOverRabbitMQAndStopsCleanlyOnSignal(t *testing.T) {
 	case code := <-done:
 		require.Equal(t, 0, code, stderr)
 	case <-time.After(15 * time.Second):
+		t.Fatal("the service did not stop on its signal")
+	}
+}
+
+func TestExactlyOnceIsRefusedAtStartWhereItCannotWork(t *testing.T) {
+	t.Parallel()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "t.db")
+	start := time.Now()
+	code, _, stderr := timeoutmill(context.Background(), "run", "--endpoint", "e", "--store", db,
+		"--transport", "amqp://guest:topsecret@127.0.0.1:1/", "--exactly-once")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "exactly once needs the transport and the store on one PostgreSQL database")
+	require.Contains(t, stderr, "RabbitMQ, which cannot take part in a database transaction")
+	require.NotContains(t, stderr, "topsecret")
+	require.Less(t, time.Since(start), 10*time.Second, "refused before connecting, not after the outage wait")
+}
+
+func TestRunExactlyOnceOverPostgreSQL(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.PostgresDSN(t)
+	endpoint := "cmdeo-" + watermill.NewShortUUID()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+
+	done := make(chan int, 1)
+	var stderr string
+	go func() {
+		var code int
+		code, _, stderr = timeoutmill(ctx, "run", "--endpoint", endpoint, "--store", dsn, "--transport", dsn,
+			"--exactly-once", "--close-timeout", "5s", "--log-level", "error")
+		done <- code
+	}()
+
+	transport, err := connect.OpenTransport(ctx, dsn, watermill.NopLogger{})
+	require.NoError(t, err)
+	defer transport.Close()
+	dest := endpoint + ".dest"
+	arrivals, err := transport.Subscriber.Subscribe(ctx, dest)
+	require.NoError(t, err)
+	producer, err := timeouts.NewPublisher(transport.Publisher, endpoint)
+	require.NoError(t, err)
+
+	msg := message.NewMessage(watermill.NewUUID(), []byte("exactly once"))
+	due := time.Now().Add(time.Second)
+	timeouts.DeliverAt(msg, due)
+	require.NoError(t, producer.Publish(dest, msg))
+
+	select {
+	case got := <-arrivals:
+		got.Ack()
+		require.Equal(t, msg.UUID, got.UUID)
+		require.False(t, time.Now().Before(due))
+	case code := <-done:
+		t.Fatalf("service exited with %d: %s", code, stderr)
+	case <-time.After(60 * time.Second):
+		t.Fatal("not delivered")
+	}
+	select {
+	case got := <-arrivals:
+		t.Fatalf("delivered twice: %s", got.UUID)
+	case <-time.After(2 * time.Second):
+	}
+	stop()
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code, stderr)
+	case <-time.After(30 * time.Second):
 		t.Fatal("the service did not stop on its signal")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/timeoutmill/timeoutmill/internal/connect"
+	"github.com/timeoutmill/timeoutmill/satellites"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 )
 
@@ -30,6 +31,7 @@ type runCmd struct {
 	MetricsAddr     string        `help:"Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464." placeholder:"ADDR"`
 	SkipSetup       bool          `help:"Do not create the table or declare the queues at start (see the setup command)."`
 	CloseTimeout    time.Duration `default:"30s" help:"How long shutdown waits for messages in flight."`
+	ExactlyOnce     bool          `help:"Forward each due message and remove its timeout in one transaction. Needs a postgres:// transport and store on the same database; refused otherwise."`
 }
 
 // Run hosts the endpoint's timeout manager until a signal or a critical error.
@@ -39,6 +41,11 @@ func (c *runCmd) Run(e *env) error {
 		c.Instance = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	logger := newLogger(e).With(watermill.LogFields{"endpoint": c.Endpoint, "instance": c.Instance})
+	if c.ExactlyOnce {
+		if err := connect.CheckExactlyOnce(c.Transport, c.Store); err != nil {
+			return err // before connecting to anything
+		}
+	}
 
 	store, err := c.openStore(e.ctx, c.OutageWait, logger)
 	if err != nil {
@@ -58,6 +65,16 @@ func (c *runCmd) Run(e *env) error {
 		}
 	}
 
+	var forwarder satellites.Forwarder
+	if c.ExactlyOnce {
+		forwarder, err = retry(e.ctx, c.OutageWait, logger, "database", func() (satellites.Forwarder, error) {
+			return connect.ExactlyOnceForwarder(e.ctx, transport, store, logger)
+		})
+		if err != nil {
+			return err
+		}
+	}
+
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	manager, err := timeouts.NewManager(timeouts.Config{
@@ -69,6 +86,7 @@ func (c *runCmd) Run(e *env) error {
 		PollInterval:      c.PollInterval,
 		NumberOfRetries:   c.NumberOfRetries,
 		MetricsRegisterer: registry,
+		Forwarder:         forwarder,
 		TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages: c.OutageWait,
 		SkipInfrastructureSetup:                                 c.SkipSetup,
 	}, logger)
@@ -90,7 +108,7 @@ func (c *runCmd) Run(e *env) error {
 		defer stop()
 	}
 
-	logger.Info("Running", watermill.LogFields{"store": connect.Redact(c.Store), "transport": connect.Redact(c.Transport)})
+	logger.Info("Running", watermill.LogFields{"store": connect.Redact(c.Store), "transport": connect.Redact(c.Transport), "exactly_once": c.ExactlyOnce})
 	if err := router.Run(e.ctx); err != nil {
 		return err
 	}
