@@ -51,8 +51,8 @@ type Config struct {
 	// out of one channel. watermill-amqp hands a consumer's next message over only after the
 	// previous one was acked or nacked, so one consumer means one message handled at a time, in
 	// queue order; n consumers let a router handle up to n at once, in no particular order.
-	// Defaults to 1. The timeout manager's satellites need no order: the timeoutmill service
-	// runs them with more.
+	// Defaults to 1. The timeout manager's satellites need no order, so a service may give them
+	// more: 8 delivered a burst of due timeouts several times faster here.
 	Consumers int
 
 	// QueueArguments are the arguments of the queues this package creates, for example

@@ -61,13 +61,9 @@ func TestConfigValidate(t *testing.T) {
 
 func TestUnparsableURLNeverShowsItsPassword(t *testing.T) {
 	t.Parallel()
-	// An unencoded '#' in the password makes url.Parse fail, and its error quotes the URL.
-	raw := "amqp://user:s3cr#t:pa%ss@rabbit.example:5672/vhost"
-	_, perr := url.Parse(raw)
-	require.Error(t, perr)
-	require.Contains(t, perr.Error(), "s3cr", "url.Parse does quote the URL: it must be redacted")
-
-	c := Config{URL: raw}
+	// An unencoded '#' in the password makes url.Parse fail, and its error quotes the URL up to
+	// the '#': "amqp://user:s3cr".
+	c := Config{URL: "amqp://user:s3cr#t:pa%ss@rabbit.example:5672/vhost"}
 	c.setDefaults()
 	err := c.Validate()
 	require.ErrorIs(t, err, ErrInvalidConfig)
