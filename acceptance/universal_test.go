@@ -1,7 +1,6 @@
 package acceptance
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -20,9 +19,12 @@ import (
 // through, so the timeouts publisher is a drop-in for undelayed traffic.
 //
 // Features: queue semantics (no consumer groups), at-least-once, order kept (one consumer per
-// subscription), persistent. TestReconnect restarts the broker, so it runs only with a broker of
-// its own and TIMEOUTMILL_TEST_RABBITMQ_RESTART set (see TestBrokerRestart), and not under the
-// race detector; otherwise the suite skips it.
+// subscription), persistent. The suite skips its TestReconnect without a restart command: it
+// would restart the broker every test shares. Run against a broker of one's own it lost no message
+// across two restarts, but it compares what was received with a list of what was published that
+// a goroutine of its own may still be filling (a message is consumed before its publisher's
+// confirm returns), so it fails now and then with "extra" messages: TestBrokerRestart covers
+// restarts instead.
 func TestUniversalPubSubSuite(t *testing.T) {
 	t.Parallel()
 	url := testenv.AMQPURL(t)
@@ -36,17 +38,12 @@ func TestUniversalPubSubSuite(t *testing.T) {
 	start := time.Now()
 	t.Cleanup(func() { t.Logf("the universal suite ran for %s", time.Since(start).Round(time.Millisecond)) })
 
-	var restart []string
-	if command := os.Getenv(restartCommandEnv); command != "" && !raceEnabled {
-		restart = []string{"sh", "-c", command}
-	}
 	tests.TestPubSub(t, tests.Features{
 		ConsumerGroups:                      false,
 		ExactlyOnceDelivery:                 false,
 		GuaranteedOrder:                     true,
 		GuaranteedOrderWithSingleSubscriber: true,
 		Persistent:                          true,
-		RestartServiceCommand:               restart,
 		GenerateTopicFunc:                   func(tctx tests.TestContext) string { return prefix + string(tctx.TestID) },
 	}, func(t *testing.T) (message.Publisher, message.Subscriber) {
 		config := amqptransport.Config{URL: url, ConnectionName: prefix + "suite"}
