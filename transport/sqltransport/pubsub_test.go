@@ -408,3 +408,61 @@ func TestCallersDBStaysOpen(t *testing.T) {
 	require.NoError(t, pub.Close())
 	require.NoError(t, pool.PingContext(t.Context()))
 }
+
+// TestConsumersOutliveLostConnections: when the database drops every connection (a restart, a
+// failover), consumers and publishers carry on with new ones and nothing is lost.
+func TestConsumersOutliveLostConnections(t *testing.T) {
+	t.Parallel()
+	db := newDatabase(t, PostgreSQL)
+	app := testenv.UniqueName(t, "app")
+	config := db.config()
+	config.RetryInterval = 50 * time.Millisecond
+	config.DSN += "&application_name=" + app
+	pub, sub := newPubSub(t, config)
+	msgs, err := sub.Subscribe(t.Context(), "survive")
+	require.NoError(t, err)
+	require.NoError(t, pub.Publish("survive", message.NewMessage("before", nil)))
+	next(t, msgs).Ack()
+
+	var killed int
+	require.NoError(t, db.open(t).QueryRowContext(t.Context(),
+		`SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&killed))
+	require.Positive(t, killed)
+	t.Logf("terminated %d connections", killed)
+
+	require.Eventually(t, func() bool {
+		return pub.Publish("survive", message.NewMessage("after", nil)) == nil
+	}, 10*time.Second, 50*time.Millisecond, "publishing works again")
+	m := next(t, msgs)
+	require.Equal(t, "after", m.UUID)
+	m.Ack()
+}
+
+// TestCreatingTablesWhoseSequencesShareANameAtOnce: PostgreSQL names each table's offset
+// sequence from a cut of the table's name, so long topics that differ only at the end make
+// sequences of one name; creating their tables at once must not collide.
+func TestCreatingTablesWhoseSequencesShareANameAtOnce(t *testing.T) {
+	t.Parallel()
+	db := newDatabase(t, PostgreSQL)
+	base := "topic-" + strings.Repeat("x", 45) + "-"
+	var wg sync.WaitGroup
+	errs := make(chan error, 10)
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pub, err := NewPublisher(context.Background(), db.config(), nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer pub.Close()
+			errs <- pub.Publish(fmt.Sprint(base, i), message.NewMessage("m", nil))
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}

@@ -60,13 +60,15 @@ func (c *tableCache) create(ctx context.Context, topic string) error {
 		_, err := c.db.ExecContext(ctx, c.names.createTable(topic))
 		return err
 	}
-	// PostgreSQL's is not (a unique violation in pg_type when two race): take a lock first.
+	// PostgreSQL's is not (a unique violation in pg_class when two race), not even for two
+	// different tables: each makes a sequence for its offsets, named from a cut of the table's
+	// name, and two long names can cut to one. So every creation takes one lock.
 	tx, err := c.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "timeoutmill:sqltransport:"+c.names.quoted(topic)); err != nil {
+	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('timeoutmill:sqltransport:create table'))`); err != nil {
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, c.names.createTable(topic)); err != nil {
