@@ -60,6 +60,8 @@ type sqlEnv struct {
 	endpoint   string
 	errorQueue string
 	db         *sql.DB // to look behind the transport, and to play a producer that writes SQL
+	// tune, when set, adjusts the transport's configuration of every node and receiver.
+	tune func(*sqltransport.Config)
 }
 
 func newSQLEnv(t *testing.T, b sqlBackend, tag string) *sqlEnv {
@@ -80,9 +82,13 @@ func newSQLEnv(t *testing.T, b sqlBackend, tag string) *sqlEnv {
 	return e
 }
 
-// config is the transport's configuration; PollInterval is the package default.
+// config is the transport's configuration: the package's defaults, unless tune changes them.
 func (e *sqlEnv) config() sqltransport.Config {
-	return sqltransport.Config{Dialect: e.dialect, DSN: e.dsn}
+	c := sqltransport.Config{Dialect: e.dialect, DSN: e.dsn}
+	if e.tune != nil {
+		e.tune(&c)
+	}
+	return c
 }
 
 // store opens a store for the endpoint on the test's database, as another process would, and
