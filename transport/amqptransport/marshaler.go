@@ -52,22 +52,36 @@ type Marshaler struct{}
 
 var _ wamqp.Marshaler = Marshaler{}
 
-// Marshal converts msg to a persistent AMQP message.
+// maxShortString is AMQP 0-9-1's limit on a short string (message properties, header names).
+// amqp091 fails a publish that exceeds it and closes the connection, with every publish on it.
+const maxShortString = 255
+
+// Marshal converts msg to a persistent AMQP message. A UUID or Property* value longer than a
+// short string stays in the headers only; a header name that long cannot be sent and is an error.
 func (Marshaler) Marshal(msg *message.Message) (amqp.Publishing, error) {
 	p := amqp.Publishing{
 		Body:         msg.Payload,
 		DeliveryMode: amqp.Persistent,
-		MessageId:    msg.UUID,
 		Headers:      make(amqp.Table, len(msg.Metadata)+1),
 	}
+	if len(msg.UUID) <= maxShortString {
+		p.MessageId = msg.UUID
+	}
 	for k, v := range msg.Metadata {
+		if len(k) > maxShortString {
+			return amqp.Publishing{}, fmt.Errorf("message %.40s…: header name of %d bytes, AMQP allows at most %d", msg.UUID, len(k), maxShortString)
+		}
 		if k != wamqp.MetadataRedeliveredKey {
 			p.Headers[k] = v
 		}
 	}
 	property := func(key string) string {
+		v := msg.Metadata[key]
+		if len(v) > maxShortString {
+			return "" // kept as a header, which Unmarshal reads back into the same metadata
+		}
 		delete(p.Headers, key)
-		return msg.Metadata[key]
+		return v
 	}
 	p.ContentType = property(PropertyContentType)
 	p.ContentEncoding = property(PropertyContentEncoding)
