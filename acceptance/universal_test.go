@@ -44,7 +44,10 @@ func TestUniversalPubSubSuite(t *testing.T) {
 		GuaranteedOrder:                     true,
 		GuaranteedOrderWithSingleSubscriber: true,
 		Persistent:                          true,
-		GenerateTopicFunc:                   func(tctx tests.TestContext) string { return prefix + string(tctx.TestID) },
+		// Under the race detector the full message counts (10,000 in TestPublisherClose) take
+		// minutes on two cores; the suite's short counts still exercise every test.
+		ForceShort:        raceEnabled,
+		GenerateTopicFunc: func(tctx tests.TestContext) string { return prefix + string(tctx.TestID) },
 	}, func(t *testing.T) (message.Publisher, message.Subscriber) {
 		config := amqptransport.Config{URL: url, ConnectionName: prefix + "suite"}
 		pub, sub, err := amqptransport.New(config, testLogger())
