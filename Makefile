@@ -2,9 +2,10 @@
 GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 SERVICES    := scripts/services.sh
+BENCH       ?= full
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-short lint up down
+.PHONY: help run test test-short lint up down bench
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -29,3 +30,6 @@ up: ## Install and start the test servers on loopback (idempotent)
 
 down: ## Stop the test servers
 	$(SERVICES) down
+
+bench: ## Measure delayed delivery beside the peers, one table (BENCH=quick: < 2 min; full: < 15 min)
+	$(GO) run ./cmd/timeoutbench -mode $(BENCH)

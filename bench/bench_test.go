@@ -1,0 +1,87 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestCollectorCountsEarlyDuplicatedAndLost(t *testing.T) {
+	t.Parallel()
+	c := newCollector("run", 4)
+	due := time.Now()
+	c.record(0, due, due.Add(3*time.Millisecond))
+	c.record(1, due, due.Add(-time.Millisecond)) // early
+	c.record(1, due, due.Add(time.Millisecond))  // duplicate
+	c.record(3, due, due.Add(10*time.Millisecond))
+	c.expect(4)
+
+	tl := c.tally()
+	require.Equal(t, 3, tl.unique)
+	require.Equal(t, 1, tl.dups)
+	require.Equal(t, 1, tl.early)
+	require.Equal(t, -time.Millisecond, tl.lateness.Min)
+	require.Equal(t, 10*time.Millisecond, tl.lateness.Max)
+	require.Equal(t, 3*time.Millisecond, tl.lateness.P50)
+	select {
+	case <-c.all:
+		t.Fatal("one message is missing")
+	default:
+	}
+	c.record(2, due, due)
+	<-c.all
+}
+
+func TestPercentileIsNearestRank(t *testing.T) {
+	t.Parallel()
+	samples := make([]time.Duration, 100)
+	for i := range samples {
+		samples[i] = time.Duration(100-i) * time.Millisecond
+	}
+	l := newLateness(samples)
+	require.Equal(t, 50*time.Millisecond, l.P50)
+	require.Equal(t, 99*time.Millisecond, l.P99)
+	require.Equal(t, 100*time.Millisecond, l.Max)
+	require.Nil(t, newLateness(nil))
+}
+
+func TestTablesShowEveryRowAndWhyOneWasNotRun(t *testing.T) {
+	t.Parallel()
+	results := []Result{
+		{System: "GoChannel + memory", Kind: KindBacklog, Messages: 20000, PublishRate: 12345.6, DrainRate: 101000,
+			Lateness: &Lateness{P50: 1500 * time.Microsecond, P99: 180 * time.Millisecond, Max: 200 * time.Millisecond},
+			Counted:  true, Early: 0, Notes: []string{"defaults"}},
+		{System: "peer", Kind: KindPrecision, Messages: 400, Counted: true, Early: 272},
+		{System: "RabbitMQ native (28 levels)", Kind: KindBacklog, NotRun: "no RabbitMQ"},
+	}
+	var text, md strings.Builder
+	require.NoError(t, WriteText(&text, results))
+	require.NoError(t, WriteMarkdown(&md, results))
+	require.Contains(t, text.String(), "GoChannel + memory — backlog")
+	require.Contains(t, text.String(), "12,346")
+	require.Contains(t, text.String(), "101,000")
+	require.Contains(t, text.String(), "272 (68 %)")
+	require.Contains(t, md.String(), "| GoChannel + memory — backlog | 20,000 | 12,346 | 101,000 | 1.5 | 180 | 200 | 0 | 0 | 0 | defaults |")
+	require.Contains(t, md.String(), "| RabbitMQ native (28 levels) — backlog | — | — | — | — | — | — | — | — | — | not run: no RabbitMQ |")
+}
+
+func TestTargetsReadTheRows(t *testing.T) {
+	t.Parallel()
+	results := []Result{
+		{System: ceilingRoundTrip, Kind: KindCeiling, Figures: map[string]float64{"drain": 9000}},
+		{System: "RabbitMQ + PostgreSQL", Kind: KindBacklog, Counted: true, Figures: map[string]float64{"drain": 3100}},
+		{System: "RabbitMQ + PostgreSQL", Kind: KindPrecision, Counted: true, Lateness: &Lateness{P99: 12 * time.Millisecond}},
+		{System: "GoChannel + SQLite", Kind: KindPrecision, Counted: true, Early: 1, Lateness: &Lateness{P99: 30 * time.Millisecond}},
+	}
+	got := map[string]Target{}
+	for _, tg := range Targets(results) {
+		got[tg.Goal] = tg
+	}
+	require.Equal(t, "no", got["early = 0 in every timeoutmill scenario"].Met)
+	require.Equal(t, "yes", got["lateness p99 ≤ 25 ms, RabbitMQ + PostgreSQL (precision)"].Met)
+	require.Equal(t, "no", got["lateness p99 ≤ 25 ms, GoChannel + SQLite (precision)"].Met)
+	require.Equal(t, "yes", got["drain RabbitMQ + PostgreSQL ≥ 1/3 of the raw broker round trip"].Met)
+	require.Equal(t, "—", got["drain GoChannel + memory ≥ 100,000/s"].Met, "not run")
+}

@@ -1,0 +1,226 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// payload is the body of every message sent: 64 bytes of JSON (the watermill-sql peer keeps
+// payloads in a JSON column), small as timeouts usually are.
+func payload() []byte {
+	return []byte(`{"timeoutbench":"` + strings.Repeat("x", 64-len(`{"timeoutbench":""}`)) + `"}`)
+}
+
+// linger is how long a run keeps counting after the last expected message arrived, so that
+// duplicates close behind it are seen.
+const linger = 300 * time.Millisecond
+
+// workload runs on an open rig.
+type workload struct {
+	plan Plan
+	sys  System
+	rig  *Rig
+	in   *inbox
+	dest string
+}
+
+func (w workload) message(run string, seq int, due time.Time) *message.Message {
+	msg := message.NewMessage(watermill.NewUUID(), payload())
+	msg.Metadata.Set(HeaderRun, run)
+	msg.Metadata.Set(HeaderSeq, strconv.Itoa(seq))
+	msg.Metadata.Set(HeaderDue, strconv.FormatInt(due.UnixNano(), 10))
+	w.rig.Mark(msg, due)
+	return msg
+}
+
+func (w workload) start(kind Kind, capacity int) *collector {
+	c := newCollector(fmt.Sprintf("%s-%s", kind, watermill.NewShortUUID()), capacity)
+	w.in.current.Store(c)
+	return c
+}
+
+// precision sends a steady stream of single messages, each with a random delay, and measures
+// their lateness.
+func (w workload) precision(ctx context.Context) Result {
+	r := Result{System: w.sys.Name, Kind: KindPrecision, Notes: append([]string(nil), w.rig.Notes...)}
+	total := int(float64(w.plan.PrecisionRate) * w.plan.PrecisionDuration.Seconds())
+	c := w.start(KindPrecision, total)
+
+	jobs := make(chan *message.Message, total)
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		failed    int
+		firstErr  error
+		lastDue   time.Time
+		published int
+	)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for msg := range jobs {
+				err := w.rig.Publish(w.dest, msg)
+				mu.Lock()
+				if err != nil {
+					failed++
+					if firstErr == nil {
+						firstErr = err
+					}
+				} else {
+					published++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	spread := w.plan.MaxDelay - w.plan.MinDelay
+	start := time.Now()
+	ticker := time.NewTicker(10 * time.Millisecond)
+	sent := 0
+	for sent < total && ctx.Err() == nil {
+		<-ticker.C
+		target := min(total, int(time.Since(start).Seconds()*float64(w.plan.PrecisionRate)))
+		for ; sent < target; sent++ {
+			due := time.Now().Add(w.plan.MinDelay + time.Duration(rand.Int64N(int64(spread))))
+			if due.After(lastDue) {
+				lastDue = due
+			}
+			jobs <- w.message(c.run, sent, due)
+		}
+	}
+	ticker.Stop()
+	close(jobs)
+	wg.Wait()
+	elapsed := time.Since(start)
+
+	r.Messages = sent
+	r.PublishRate = float64(published) / elapsed.Seconds()
+	if failed > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d publish errors, first: %v", failed, firstErr))
+	}
+	c.expect(sent)
+	w.finish(ctx, c, &r, lastDue.Add(w.plan.Grace))
+	return r
+}
+
+// backlog sends n messages due at one instant, far enough ahead for the system to store them
+// all first, and measures how fast they drain once due.
+func (w workload) backlog(ctx context.Context, n int) Result {
+	r := Result{System: w.sys.Name, Kind: KindBacklog, Messages: n, Notes: append([]string(nil), w.rig.Notes...)}
+	c := w.start(KindBacklog, n)
+
+	storeRate := w.sys.StoreRate
+	if storeRate <= 0 {
+		storeRate = 1000
+	}
+	margin := 2*time.Second + time.Duration(1.5*float64(n)/storeRate*float64(time.Second))
+	// A whole second: the peer keeps due times in whole seconds, and would otherwise deliver the
+	// whole backlog early.
+	due := time.Now().Add(margin).Truncate(time.Second).Add(time.Second)
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		msgs[i] = w.message(c.run, i, due)
+	}
+
+	const workers, chunk = 8, 100
+	chunks := make(chan []*message.Message, n/chunk+1)
+	for i := 0; i < n; i += chunk {
+		chunks <- msgs[i:min(n, i+chunk)]
+	}
+	close(chunks)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		failed   int
+		firstErr error
+	)
+	start := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for batch := range chunks {
+				if err := w.rig.Publish(w.dest, batch...); err != nil {
+					mu.Lock()
+					failed += len(batch)
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	published := time.Since(start)
+	r.PublishRate = float64(n-failed) / published.Seconds()
+	if failed > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d publish errors, first: %v", failed, firstErr))
+	}
+	c.expect(n - failed)
+
+	if w.rig.Pending != nil {
+		storedAt, ok := w.waitStored(ctx, n-failed, due.Add(w.plan.Grace))
+		switch {
+		case !ok:
+			r.Notes = append(r.Notes, "not all stored before the grace period ran out")
+		case storedAt.After(due):
+			r.Notes = append(r.Notes, fmt.Sprintf("stored %s (%s/s), only %s after due: drain includes storing",
+				storedAt.Sub(start).Round(time.Millisecond), rate(float64(n)/storedAt.Sub(start).Seconds()), storedAt.Sub(due).Round(time.Millisecond)))
+		default:
+			r.Notes = append(r.Notes, fmt.Sprintf("stored in %s (%s/s)", storedAt.Sub(start).Round(time.Millisecond),
+				rate(float64(n)/storedAt.Sub(start).Seconds())))
+		}
+	} else if published > margin {
+		r.Notes = append(r.Notes, "published only after due: drain includes publishing")
+	}
+
+	// The slowest mechanism here drains a few hundred a second; give it that, and the grace.
+	w.finish(ctx, c, &r, due.Add(w.plan.Grace+time.Duration(float64(n)/200*float64(time.Second))))
+	t := c.tally()
+	if t.unique > 0 && t.last.After(due) {
+		r.DrainRate = float64(t.unique) / t.last.Sub(due).Seconds()
+		r.Figures = map[string]float64{"drain": r.DrainRate}
+	}
+	if t.lateness != nil {
+		r.Notes = append(r.Notes, fmt.Sprintf("first %s ms after due", millis(t.lateness.Min)))
+	}
+	return r
+}
+
+// waitStored polls until the rig holds n messages or deadline.
+func (w workload) waitStored(ctx context.Context, n int, deadline time.Time) (time.Time, bool) {
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		pending, err := w.rig.Pending(ctx)
+		if err == nil && pending >= n {
+			return time.Now(), true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Time{}, false
+}
+
+// finish waits for every message until deadline and fills in what arrived.
+func (w workload) finish(ctx context.Context, c *collector, r *Result, deadline time.Time) {
+	if c.wait(ctx, deadline) {
+		time.Sleep(linger)
+	}
+	w.in.current.Store(nil)
+	t := c.tally()
+	r.Counted = true
+	r.Lateness = t.lateness
+	r.Early = t.early
+	r.Duplicated = t.dups
+	c.mu.Lock()
+	r.Lost = max(0, c.expected-t.unique)
+	c.mu.Unlock()
+}

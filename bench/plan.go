@@ -1,0 +1,83 @@
+package bench
+
+import (
+	"fmt"
+	"time"
+)
+
+// Mode chooses how much a run measures.
+type Mode string
+
+// The modes of a run.
+const (
+	// Full is the whole suite with the counts: under 15 minutes on 2 cores.
+	Full Mode = "full"
+	// Quick is every scenario with small counts and no scale scenario: under 2 minutes.
+	Quick Mode = "quick"
+)
+
+// Plan is how much each workload sends. PlanFor gives the plan of a mode; tests shrink it.
+type Plan struct {
+	Mode Mode
+
+	// PrecisionRate messages a second for PrecisionDuration, each delayed by a random time in
+	// [MinDelay, MaxDelay).
+	PrecisionRate     int
+	PrecisionDuration time.Duration
+	MinDelay          time.Duration
+	MaxDelay          time.Duration
+
+	// Backlog messages due at one instant; BacklogSQL for the systems that move every message
+	// through SQL tables (the watermill-sql peer and the SQL transport).
+	Backlog    int
+	BacklogSQL int
+
+	// CeilingMessages are sent through each raw path (broker round trip, dead-letter path);
+	// CommitTime is how long each raw commit rate is measured.
+	CeilingMessages int
+	CommitTime   time.Duration
+
+	// ScalePending timeouts fill the PostgreSQL store of the scale scenario; 0 skips it.
+	// ScaleStores is how many delayed messages measure the store rate at each size.
+	ScalePending int
+	ScaleStores  int
+
+	// Grace is how long a workload waits for the last messages after they were due before it
+	// counts the missing ones as lost.
+	Grace time.Duration
+}
+
+// PlanFor returns the plan of mode.
+func PlanFor(mode Mode) (Plan, error) {
+	switch mode {
+	case Full:
+		return Plan{
+			Mode:              Full,
+			PrecisionRate:     200,
+			PrecisionDuration: 20 * time.Second,
+			MinDelay:          time.Second,
+			MaxDelay:          5 * time.Second,
+			Backlog:           20000,
+			BacklogSQL:        5000,
+			CeilingMessages:   20000,
+			CommitTime:     3 * time.Second,
+			ScalePending:      1000000,
+			ScaleStores:       5000,
+			Grace:             20 * time.Second,
+		}, nil
+	case Quick:
+		return Plan{
+			Mode:              Quick,
+			PrecisionRate:     100,
+			PrecisionDuration: 4 * time.Second,
+			MinDelay:          time.Second,
+			MaxDelay:          3 * time.Second,
+			Backlog:           2000,
+			BacklogSQL:        500,
+			CeilingMessages:   3000,
+			CommitTime:     time.Second,
+			Grace:             10 * time.Second,
+		}, nil
+	}
+	return Plan{}, fmt.Errorf("bench: unknown mode %q (want %q or %q)", mode, Full, Quick)
+}

@@ -1,0 +1,350 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/persistence/postgres"
+	"github.com/timeoutmill/timeoutmill/timeouts"
+	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
+	"github.com/timeoutmill/timeoutmill/wire"
+)
+
+// Scale scenario settings.
+const (
+	// scaleDueRows of the pending timeouts are past due, for the claims to take.
+	scaleDueRows = 10000
+	// scaleClaims claims of scaleClaimBatch ids each are timed (the poller's default batch).
+	scaleClaims     = 20
+	scaleClaimBatch = timeouts.DefaultClaimBatchSize
+)
+
+// runScale measures the PostgreSQL store and the timeoutmill service with an empty store and with
+// Plan.ScalePending timeouts pending: the rate at which the service stores delayed messages, the
+// time of one claim of due ids, and the service's peak resident memory.
+func runScale(ctx context.Context, env Env, plan Plan) ([]Result, error) {
+	if env.Timeoutmill == "" {
+		return nil, errors.New("no timeoutmill binary to run as the service (-timeoutmill)")
+	}
+	s, err := newScale(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := s.close(); err != nil {
+			env.logger().Error("Cleaning up after the scale scenario failed", err, nil)
+		}
+	}()
+
+	small, err := s.phase(ctx, plan, 0)
+	if err != nil {
+		return nil, fmt.Errorf("with an empty store: %w", err)
+	}
+	progress(env, "      filling the store with %s timeouts", count(plan.ScalePending))
+	if err := s.truncate(ctx); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if err := s.fill(ctx, plan.ScalePending); err != nil {
+		return nil, err
+	}
+	filled := time.Since(start)
+	large, err := s.phase(ctx, plan, plan.ScalePending)
+	if err != nil {
+		return nil, fmt.Errorf("with %s pending: %w", count(plan.ScalePending), err)
+	}
+	large.Notes = append(large.Notes, fmt.Sprintf("filled by SQL in %s", filled.Round(time.Second)))
+	return []Result{small, large}, nil
+}
+
+// scale is the scenario's endpoint, store and broker.
+type scale struct {
+	env      Env
+	endpoint string
+	store    *postgres.Store
+	db       *sql.DB
+	table    string
+	pub      *amqptransport.Publisher
+	delayed  *timeouts.Publisher
+}
+
+func newScale(ctx context.Context, env Env) (*scale, error) {
+	s := &scale{env: env, endpoint: endpointName()}
+	var err error
+	if s.store, err = postgres.Open(ctx, postgres.Config{DSN: env.PostgresDSN, Endpoint: s.endpoint}); err != nil {
+		return nil, fmt.Errorf("opening the store: %w", err)
+	}
+	s.db = s.store.DB()
+	s.table = quote("public") + "." + quote(s.endpoint+".timeouts")
+	if err := s.store.SetupInfrastructure(ctx); err != nil {
+		return nil, errors.Join(err, s.close())
+	}
+	if s.pub, err = amqptransport.NewPublisher(amqptransport.Config{URL: env.AMQPURL, ConnectionName: "timeoutbench scale"}, env.logger()); err != nil {
+		return nil, errors.Join(err, s.close())
+	}
+	if err := s.pub.DeclareEndpoint(ctx, s.endpoint, s.errorQueue()); err != nil {
+		return nil, errors.Join(err, s.close())
+	}
+	if s.delayed, err = timeouts.NewPublisher(s.pub, s.endpoint); err != nil {
+		return nil, errors.Join(err, s.close())
+	}
+	return s, nil
+}
+
+func (s *scale) errorQueue() string { return s.endpoint + ".error" }
+
+func (s *scale) close() error {
+	var errs []error
+	if s.pub != nil {
+		errs = append(errs, s.pub.Close(),
+			deleteQueues(s.env.AMQPURL, wire.TimeoutsQueue(s.endpoint), wire.DispatcherQueue(s.endpoint), s.errorQueue()))
+	}
+	if s.store != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := s.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+s.table); err != nil {
+			errs = append(errs, fmt.Errorf("dropping %s: %w", s.table, err))
+		}
+		errs = append(errs, s.store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (s *scale) truncate(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, `TRUNCATE `+s.table); err != nil {
+		return fmt.Errorf("emptying the store: %w", err)
+	}
+	return nil
+}
+
+// fill inserts n timeouts in one statement: scaleDueRows past due, the others due over the next
+// 30 days, as the store itself would keep them.
+func (s *scale) fill(ctx context.Context, n int) error {
+	md := persistence.EncodeMetadata(map[string]string{"timeoutbench": "fill"})
+	_, err := s.db.ExecContext(ctx, `INSERT INTO `+s.table+` (id, destination, due, available_at, owner, payload, metadata, failure_count)
+SELECT 'fill-' || g, 'timeoutbench_nowhere', d, d, '', $1, $2, 0
+FROM generate_series(1, $3::int) AS g,
+LATERAL (SELECT CASE WHEN g <= $4 THEN now() - interval '1 hour' + g * interval '1 ms'
+                     ELSE now() + interval '1 day' + g * interval '2 s' END AS d) AS due`,
+		payload(), md, n, min(n, scaleDueRows))
+	if err != nil {
+		return fmt.Errorf("filling the store: %w", err)
+	}
+	if _, err := s.db.ExecContext(ctx, `ANALYZE `+s.table); err != nil {
+		return fmt.Errorf("analyzing the store: %w", err)
+	}
+	return nil
+}
+
+// phase runs the service on the store as it is (pending timeouts already in it), measures one
+// claim, then the service's store rate and its peak resident memory.
+func (s *scale) phase(ctx context.Context, plan Plan, pending int) (Result, error) {
+	name := fmt.Sprintf("PostgreSQL store, %s pending", count(pending))
+	r := Result{System: name, Kind: KindScale, Messages: plan.ScaleStores, Figures: map[string]float64{"pending": float64(pending)}}
+
+	if pending == 0 {
+		// Claims need due ids: give the empty store as many as the full one has.
+		if err := s.fill(ctx, scaleDueRows); err != nil {
+			return r, err
+		}
+	}
+	claims, err := s.timeClaims(ctx)
+	if err != nil {
+		return r, err
+	}
+	if pending == 0 {
+		if err := s.truncate(ctx); err != nil {
+			return r, err
+		}
+	}
+
+	svc, err := s.startService(ctx)
+	if err != nil {
+		return r, err
+	}
+	rate, storeErr := s.storeRate(ctx, plan.ScaleStores, pending)
+	hwm, rss, memErr := svc.memory()
+	stopErr := svc.stop()
+	if err := errors.Join(storeErr, memErr, stopErr); err != nil {
+		return r, err
+	}
+	r.PublishRate = rate
+	r.Figures["store"] = rate
+	r.Figures["claim_p50_ms"] = float64(claims[len(claims)/2]) / float64(time.Millisecond)
+	r.Figures["claim_max_ms"] = float64(claims[len(claims)-1]) / float64(time.Millisecond)
+	r.Figures["rss_mib"] = float64(hwm) / 1024
+	r.Notes = append(r.Notes,
+		fmt.Sprintf("publish/s = service store rate (%d delayed messages via RabbitMQ)", plan.ScaleStores),
+		fmt.Sprintf("one claim of %d due ids: p50 %s ms, max %s ms (%d claims)", scaleClaimBatch, millis(claims[len(claims)/2]), millis(claims[len(claims)-1]), len(claims)),
+		fmt.Sprintf("service peak RSS %.1f MiB (%.1f MiB at the end)", float64(hwm)/1024, float64(rss)/1024))
+	return r, nil
+}
+
+// timeClaims times scaleClaims claims of due ids, sorted. The claimed ids stay leased for an
+// hour, out of the service's way.
+func (s *scale) timeClaims(ctx context.Context) ([]time.Duration, error) {
+	var out []time.Duration
+	for range scaleClaims {
+		start := time.Now()
+		ids, err := s.store.ClaimDue(ctx, start, scaleClaimBatch, time.Hour)
+		d := time.Since(start)
+		if err != nil {
+			return nil, fmt.Errorf("claiming: %w", err)
+		}
+		if len(ids) == 0 {
+			break
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no due timeouts to claim")
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// storeRate publishes n delayed messages to the service and returns how many a second it stored.
+func (s *scale) storeRate(ctx context.Context, n, pending int) (float64, error) {
+	due := time.Now().Add(90 * 24 * time.Hour)
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		msgs[i] = message.NewMessage(watermill.NewUUID(), payload())
+		timeouts.DeliverAt(msgs[i], due)
+	}
+	start := time.Now()
+	if _, err := publishChunks(msgs, 8, 100, func(ms []*message.Message) error {
+		return s.delayed.Publish("timeoutbench_nowhere", ms...)
+	}); err != nil {
+		return 0, fmt.Errorf("publishing: %w", err)
+	}
+	deadline := start.Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		var stored int
+		if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM `+s.table+` WHERE available_at >= $1`, due.Add(-time.Second)).Scan(&stored); err != nil {
+			return 0, fmt.Errorf("counting stored timeouts: %w", err)
+		}
+		if stored >= n {
+			return float64(n) / time.Since(start).Seconds(), nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("the service stored fewer than %d in 5 minutes", n)
+}
+
+// service is a running timeoutmill process.
+type service struct {
+	cmd  *exec.Cmd
+	done chan error
+	log  string
+}
+
+func (s *scale) startService(ctx context.Context) (*service, error) {
+	logPath := filepath.Join(s.env.TempDir, s.endpoint+"-service.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(s.env.Timeoutmill, "run",
+		"--endpoint", s.endpoint, "--store", s.env.PostgresDSN, "--transport", s.env.AMQPURL,
+		"--error-queue", s.errorQueue(), "--log-level", "error")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return nil, fmt.Errorf("starting %s: %w", s.env.Timeoutmill, err)
+	}
+	svc := &service{cmd: cmd, done: make(chan error, 1), log: logPath}
+	go func() {
+		svc.done <- cmd.Wait()
+		_ = logFile.Close()
+	}()
+	// Ready when it consumes the Timeouts queue.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		consumers, err := queueConsumers(s.env.AMQPURL, wire.TimeoutsQueue(s.endpoint))
+		if err == nil && consumers > 0 {
+			return svc, nil
+		}
+		select {
+		case err := <-svc.done:
+			return nil, fmt.Errorf("the service exited (%v); see %s", err, logPath)
+		case <-ctx.Done():
+			return nil, errors.Join(ctx.Err(), svc.stop())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return nil, errors.Join(fmt.Errorf("the service did not consume within a minute; see %s", logPath), svc.stop())
+		}
+	}
+}
+
+// memory returns the process's peak and current resident set in KiB (VmHWM, VmRSS).
+func (svc *service) memory() (hwm, rss int, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", svc.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading the service's memory: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		key, value, _ := strings.Cut(sc.Text(), ":")
+		fields := strings.Fields(value)
+		if len(fields) == 0 {
+			continue
+		}
+		switch key {
+		case "VmHWM":
+			hwm, _ = strconv.Atoi(fields[0])
+		case "VmRSS":
+			rss, _ = strconv.Atoi(fields[0])
+		}
+	}
+	return hwm, rss, sc.Err()
+}
+
+// stop ends the service with SIGTERM, as an operator would.
+func (svc *service) stop() error {
+	if err := svc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return fmt.Errorf("stopping the service: %w", err)
+	}
+	select {
+	case err := <-svc.done:
+		if err != nil {
+			return fmt.Errorf("the service exited with %w; see %s", err, svc.log)
+		}
+		return nil
+	case <-time.After(time.Minute):
+		_ = svc.cmd.Process.Kill()
+		return fmt.Errorf("the service did not stop within a minute; see %s", svc.log)
+	}
+}
+
+func queueConsumers(url, queue string) (int, error) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, err
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	return q.Consumers, err
+}

@@ -1,0 +1,173 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+)
+
+// Ceiling measures a raw path of the machine, without any delay mechanism.
+type Ceiling struct {
+	Name  string
+	Needs []string
+	Run   func(ctx context.Context, env Env, plan Plan) (Result, error)
+}
+
+// Suite is what one run measures.
+type Suite struct {
+	Plan     Plan
+	Systems  []System
+	Ceilings []Ceiling
+	// Scale runs the scale scenario when Plan.ScalePending > 0.
+	Scale func(ctx context.Context, env Env, plan Plan) ([]Result, error)
+	// Only, when set, keeps the rows whose name it matches.
+	Only *regexp.Regexp
+}
+
+// DefaultSuite is every scenario of the benchmark.
+func DefaultSuite(plan Plan) Suite {
+	return Suite{
+		Plan:     plan,
+		Systems:  Systems(),
+		Ceilings: Ceilings(),
+		Scale:    runScale,
+	}
+}
+
+func (s Suite) wants(name string) bool {
+	return s.Only == nil || s.Only.MatchString(name)
+}
+
+// Run runs the suite and returns its rows in order: ceilings, then each system's precision and
+// backlog, then scale. A scenario that fails is a row saying why; Run fails only when ctx ends.
+func (s Suite) Run(ctx context.Context, env Env) ([]Result, error) {
+	var results []Result
+	add := func(r Result) {
+		results = append(results, r)
+		progress(env, "done  %s (%s)", r.Name(), summary(r))
+	}
+	for _, c := range s.Ceilings {
+		probe := Result{System: c.Name, Kind: KindCeiling}
+		if !s.wants(probe.Name()) {
+			continue
+		}
+		if why := (System{Needs: c.Needs}).missing(env); why != "" {
+			probe.NotRun = why
+			add(probe)
+			continue
+		}
+		progress(env, "start %s", probe.Name())
+		r, err := c.Run(ctx, env, s.Plan)
+		if err != nil {
+			r = probe
+			r.NotRun = "failed: " + err.Error()
+		}
+		add(r)
+		if ctx.Err() != nil {
+			return results, ctx.Err()
+		}
+	}
+	for _, sys := range s.Systems {
+		kinds := []Kind{}
+		for _, k := range []Kind{KindPrecision, KindBacklog} {
+			if s.wants(Result{System: sys.Name, Kind: k}.Name()) {
+				kinds = append(kinds, k)
+			}
+		}
+		if len(kinds) == 0 {
+			continue
+		}
+		for _, r := range s.runSystem(ctx, env, sys, kinds) {
+			add(r)
+		}
+		if ctx.Err() != nil {
+			return results, ctx.Err()
+		}
+	}
+	if s.Scale != nil && s.Plan.ScalePending > 0 && s.wants(Result{System: "PostgreSQL store", Kind: KindScale}.Name()) {
+		probe := Result{System: "PostgreSQL store", Kind: KindScale}
+		if why := (System{Needs: []string{"rabbitmq", "postgres"}}).missing(env); why != "" {
+			probe.NotRun = why
+			add(probe)
+		} else {
+			progress(env, "start %s", probe.Name())
+			rs, err := s.Scale(ctx, env, s.Plan)
+			if err != nil {
+				probe.NotRun = "failed: " + err.Error()
+				rs = append(rs, probe)
+			}
+			for _, r := range rs {
+				add(r)
+			}
+		}
+	}
+	return results, ctx.Err()
+}
+
+// runSystem opens sys once and runs the workloads on it.
+func (s Suite) runSystem(ctx context.Context, env Env, sys System, kinds []Kind) []Result {
+	rows := func(why string) []Result {
+		out := make([]Result, len(kinds))
+		for i, k := range kinds {
+			out[i] = Result{System: sys.Name, Kind: k, NotRun: why}
+		}
+		return out
+	}
+	if why := sys.missing(env); why != "" {
+		return rows(why)
+	}
+	progress(env, "start %s", sys.Name)
+	dest := "timeoutbench_" + watermill.NewShortUUID()
+	rig, err := sys.Open(ctx, env, dest)
+	if err != nil {
+		return rows("failed to set up: " + err.Error())
+	}
+	in := receive(rig.Arrivals)
+	w := workload{plan: s.Plan, sys: sys, rig: rig, in: in, dest: dest}
+	var out []Result
+	for _, k := range kinds {
+		switch k {
+		case KindPrecision:
+			out = append(out, w.precision(ctx))
+		case KindBacklog:
+			n := s.Plan.Backlog
+			if sys.SQL {
+				n = s.Plan.BacklogSQL
+			}
+			out = append(out, w.backlog(ctx, n))
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if err := rig.Close(); err != nil {
+		out[len(out)-1].Notes = append(out[len(out)-1].Notes, "closing: "+err.Error())
+	}
+	select {
+	case <-in.done:
+	case <-time.After(10 * time.Second):
+		env.logger().Error("The destination's subscription did not end after Close", nil, watermill.LogFields{"system": sys.Name})
+	}
+	return out
+}
+
+func summary(r Result) string {
+	switch {
+	case r.NotRun != "":
+		return "not run: " + r.NotRun
+	case r.Lateness != nil:
+		return fmt.Sprintf("publish %s/s, drain %s/s, p99 %s ms, early %d, lost %d, dup %d",
+			rate(r.PublishRate), rate(r.DrainRate), millis(r.Lateness.P99), r.Early, r.Lost, r.Duplicated)
+	default:
+		return fmt.Sprintf("publish %s/s, drain %s/s", rate(r.PublishRate), rate(r.DrainRate))
+	}
+}
+
+func progress(env Env, format string, args ...any) {
+	if env.Progress != nil {
+		fmt.Fprintf(env.Progress, "[timeoutbench %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+}

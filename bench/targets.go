@@ -1,0 +1,165 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Target is one of the issue's goals, checked against a run's rows.
+type Target struct {
+	Goal     string
+	Measured string
+	// Met is "yes", "no", or "—" when the rows it needs were not run.
+	Met string
+}
+
+// finder looks rows up by name.
+type finder map[string]Result
+
+func newFinder(results []Result) finder {
+	f := finder{}
+	for _, r := range results {
+		if r.NotRun == "" {
+			f[r.Name()] = r
+		}
+	}
+	return f
+}
+
+func (f finder) get(system string, kind Kind) (Result, bool) {
+	r, ok := f[Result{System: system, Kind: kind}.Name()]
+	return r, ok
+}
+
+func (f finder) figure(system string, kind Kind, name string) (float64, bool) {
+	r, ok := f.get(system, kind)
+	if !ok {
+		return 0, false
+	}
+	v, ok := r.Figures[name]
+	return v, ok
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "no"
+}
+
+const notMeasured = "not measured in this run"
+
+// Targets checks results against the issue's goals.
+func Targets(results []Result) []Target {
+	f := newFinder(results)
+	var out []Target
+
+	// Never early, anywhere in timeoutmill.
+	peer := watermillPeer().Name
+	var early []string
+	rows := 0
+	for _, r := range results {
+		if r.NotRun != "" || !r.Counted || r.System == peer || (r.Kind != KindPrecision && r.Kind != KindBacklog) {
+			continue
+		}
+		rows++
+		if r.Early > 0 {
+			early = append(early, fmt.Sprintf("%s: %d", r.Name(), r.Early))
+		}
+	}
+	t := Target{Goal: "early = 0 in every timeoutmill scenario", Met: "—", Measured: notMeasured}
+	if rows > 0 {
+		t.Met = verdict(len(early) == 0)
+		t.Measured = fmt.Sprintf("0 early in all %d rows", rows)
+		if len(early) > 0 {
+			t.Measured = strings.Join(early, ", ")
+		}
+		var peerEarly []string
+		for _, k := range []Kind{KindPrecision, KindBacklog} {
+			if r, ok := f.get(peer, k); ok && r.Messages > 0 {
+				peerEarly = append(peerEarly, fmt.Sprintf("%s %.0f %%", k, 100*float64(r.Early)/float64(r.Messages)))
+			}
+		}
+		if len(peerEarly) > 0 {
+			t.Measured += " (peer early: " + strings.Join(peerEarly, ", ") + ")"
+		}
+	}
+	out = append(out, t)
+
+	for _, sys := range []string{"GoChannel + SQLite", "RabbitMQ + PostgreSQL"} {
+		t := Target{Goal: "lateness p99 ≤ 25 ms, " + sys + " (precision)", Met: "—", Measured: notMeasured}
+		if r, ok := f.get(sys, KindPrecision); ok && r.Lateness != nil {
+			t.Measured = fmt.Sprintf("p99 %s ms", millis(r.Lateness.P99))
+			t.Met = verdict(r.Lateness.P99.Milliseconds() <= 25)
+		}
+		out = append(out, t)
+	}
+
+	absolute := func(sys string, floor float64) Target {
+		t := Target{Goal: fmt.Sprintf("drain %s ≥ %s/s", sys, rate(floor)), Met: "—", Measured: notMeasured}
+		if v, ok := f.figure(sys, KindBacklog, "drain"); ok {
+			t.Measured = rate(v) + "/s"
+			t.Met = verdict(v >= floor)
+		}
+		return t
+	}
+	out = append(out, absolute("GoChannel + memory", 100000), absolute("GoChannel + SQLite", 20000))
+
+	relative := func(goal, sys string, base string, baseKind Kind, factor float64) Target {
+		t := Target{Goal: goal, Met: "—", Measured: notMeasured}
+		v, ok1 := f.figure(sys, KindBacklog, "drain")
+		b, ok2 := f.figure(base, baseKind, "drain")
+		if ok1 && ok2 && b > 0 {
+			t.Measured = fmt.Sprintf("%s/s vs %s/s = %.2f×", rate(v), rate(b), v/b)
+			t.Met = verdict(v >= factor*b)
+		}
+		return t
+	}
+	out = append(out,
+		relative("drain RabbitMQ + PostgreSQL ≥ 1/3 of the raw broker round trip", "RabbitMQ + PostgreSQL", ceilingRoundTrip, KindCeiling, 1.0/3),
+		relative("drain SQL transport ≥ 2× the watermill-sql peer", sqlTransport().Name, peer, KindBacklog, 2),
+		relative("drain RabbitMQ native ≥ 90 % of the raw dead-letter path (quorum)", nativeRabbitMQ().Name, ceilingDeadLetter, KindCeiling, 0.9),
+	)
+
+	var small, large Result
+	var haveSmall, haveLarge bool
+	for _, r := range results {
+		if r.Kind != KindScale || r.NotRun != "" {
+			continue
+		}
+		if r.Figures["pending"] == 0 {
+			small, haveSmall = r, true
+		} else {
+			large, haveLarge = r, true
+		}
+	}
+	storeT := Target{Goal: "at 1 M pending, store rate within 10 % of the empty store's", Met: "—", Measured: notMeasured}
+	claimT := Target{Goal: "at 1 M pending, one claim ≤ 5 ms", Met: "—", Measured: notMeasured}
+	memT := Target{Goal: "service memory does not grow with the number pending", Met: "—", Measured: notMeasured}
+	if haveSmall && haveLarge {
+		s0, s1 := small.Figures["store"], large.Figures["store"]
+		storeT.Measured = fmt.Sprintf("%s/s empty, %s/s at %s pending (%+.0f %%)", rate(s0), rate(s1), count(int(large.Figures["pending"])), 100*(s1-s0)/s0)
+		storeT.Met = verdict(s1 >= 0.9*s0)
+		p50, worst := large.Figures["claim_p50_ms"], large.Figures["claim_max_ms"]
+		claimT.Measured = fmt.Sprintf("p50 %.1f ms, max %.1f ms (empty store: p50 %.1f ms)", p50, worst, small.Figures["claim_p50_ms"])
+		claimT.Met = verdict(p50 <= 5)
+		m0, m1 := small.Figures["rss_mib"], large.Figures["rss_mib"]
+		memT.Measured = fmt.Sprintf("peak RSS %.1f MiB empty, %.1f MiB at %s pending", m0, m1, count(int(large.Figures["pending"])))
+		memT.Met = verdict(m1 <= 1.1*m0)
+	}
+	return append(out, storeT, claimT, memT)
+}
+
+// WriteTargets writes targets as a Markdown table (also readable as text).
+func WriteTargets(w io.Writer, targets []Target) error {
+	var b strings.Builder
+	b.WriteString("| target | measured | met |\n|---|---|---|\n")
+	for _, t := range targets {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", t.Goal, strings.ReplaceAll(t.Measured, "|", `\|`), t.Met)
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("writing the targets: %w", err)
+	}
+	return nil
+}
