@@ -1,6 +1,7 @@
 package acceptance
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -38,7 +39,12 @@ func TestServiceRecoversWhenTheBrokerDropsItsConnections(t *testing.T) {
 
 		// The node's publisher and subscriber, and the receiver: every connection of this test.
 		closed := closeConnections(t, ctl, e.endpoint, 3)
-		t.Logf("%s: closed %d connections, %s before the timeout is due", b.name, closed, time.Until(due).Round(time.Millisecond))
+		if left := time.Until(due); left > 0 {
+			t.Logf("%s: closed %d connections %s before the timeout is due", b.name, closed, left.Round(time.Millisecond))
+		} else {
+			t.Logf("%s: closing %d connections took until %s after the timeout was due (a busy machine): only the "+
+				"messages sent after the outage show the recovery", b.name, closed, (-left).Round(time.Millisecond))
+		}
 
 		got := await(t, delivered, time.Until(due)+time.Minute)
 		require.Equal(t, pendingMsg.UUID, got.msg.UUID)
@@ -89,9 +95,19 @@ func closeConnections(t *testing.T, ctl ctlCommand, prefix string, want int) int
 		}
 		return len(pids) >= want
 	}, 20*time.Second, 200*time.Millisecond)
+	// At once: each rabbitmqctl run starts an Erlang VM, seconds apiece on a busy machine.
+	errs := make(chan error, len(pids))
 	for _, pid := range pids {
-		out, err := ctl("close_connection", pid, "timeoutmill acceptance test: simulated broker restart")
-		require.NoError(t, err, "%s", out)
+		go func() {
+			out, err := ctl("close_connection", pid, "timeoutmill acceptance test: simulated broker restart")
+			if err != nil {
+				err = fmt.Errorf("close_connection %s: %w: %s", pid, err, out)
+			}
+			errs <- err
+		}()
+	}
+	for range pids {
+		require.NoError(t, <-errs)
 	}
 	return len(pids)
 }
