@@ -53,7 +53,7 @@ func TestTwoManagersDeliverEachOfManyTimeoutsExactlyOnce(t *testing.T) {
 		seen := make(map[string]int, count)
 		var first, last time.Time
 		for len(seen) < count {
-			got := await(t, delivered, time.Until(due)+time.Minute)
+			got := await(t, delivered, untilDue(due)+stallBound)
 			require.False(t, got.at.Before(wire.RoundUp(due)), "message %s delivered %s early", got.msg.UUID, due.Sub(got.at))
 			require.True(t, ids[got.msg.UUID], "unknown message %s", got.msg.UUID)
 			seen[got.msg.UUID]++

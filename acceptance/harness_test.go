@@ -333,3 +333,12 @@ func pending(t *testing.T, store persistence.Store) int {
 	require.NoError(t, err)
 	return st.Pending
 }
+
+// stallBound is how long a test waits for the next of many deliveries once they are due: it
+// bounds a stall, not the drain, which on a loaded machine may take minutes.
+const stallBound = 2 * time.Minute
+
+// untilDue is how long until due, or 0 once it has passed.
+func untilDue(due time.Time) time.Duration {
+	return max(time.Until(due), 0)
+}
