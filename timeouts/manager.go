@@ -212,6 +212,9 @@ func (m *Manager) setupInfrastructure(ctx context.Context) {
 			m.poller.fetch.Success()
 			return
 		}
+		if ctx.Err() != nil {
+			return // the router is stopping; not a storage failure
+		}
 		m.logger.Error("Setting up the store failed; retrying", err, nil)
 		m.poller.fetch.Failure(ctx, err)
 	}
