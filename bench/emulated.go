@@ -77,10 +77,9 @@ func pendingOf(store persistence.Store) func(ctx context.Context) (int, error) {
 func endpointName() string { return "tb" + watermill.NewShortUUID() }
 
 // goChannelSystem is the emulated pipeline on Watermill's in-process GoChannel with a store.
-func goChannelSystem(name string, storeRate float64, open func(ctx context.Context, env Env, endpoint string) (persistence.Store, error)) System {
+func goChannelSystem(name string, open func(ctx context.Context, env Env, endpoint string) (persistence.Store, error)) System {
 	return System{
-		Name:      name,
-		StoreRate: storeRate,
+		Name: name,
 		Open: func(ctx context.Context, env Env, dest string) (*Rig, error) {
 			pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024}, env.logger())
 			arrivals, err := pubsub.Subscribe(ctx, dest)

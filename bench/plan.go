@@ -35,7 +35,7 @@ type Plan struct {
 	// CeilingMessages are sent through each raw path (broker round trip, dead-letter path);
 	// CommitTime is how long each raw commit rate is measured.
 	CeilingMessages int
-	CommitTime   time.Duration
+	CommitTime      time.Duration
 
 	// ScalePending timeouts fill the PostgreSQL store of the scale scenario; 0 skips it.
 	// ScaleStores is how many delayed messages measure the store rate at each size.
@@ -60,7 +60,7 @@ func PlanFor(mode Mode) (Plan, error) {
 			Backlog:           20000,
 			BacklogSQL:        5000,
 			CeilingMessages:   20000,
-			CommitTime:     3 * time.Second,
+			CommitTime:        3 * time.Second,
 			ScalePending:      1000000,
 			ScaleStores:       5000,
 			Grace:             20 * time.Second,
@@ -69,13 +69,13 @@ func PlanFor(mode Mode) (Plan, error) {
 		return Plan{
 			Mode:              Quick,
 			PrecisionRate:     100,
-			PrecisionDuration: 4 * time.Second,
+			PrecisionDuration: 3 * time.Second,
 			MinDelay:          time.Second,
-			MaxDelay:          3 * time.Second,
+			MaxDelay:          2500 * time.Millisecond,
 			Backlog:           2000,
 			BacklogSQL:        500,
 			CeilingMessages:   3000,
-			CommitTime:     time.Second,
+			CommitTime:        time.Second,
 			Grace:             10 * time.Second,
 		}, nil
 	}

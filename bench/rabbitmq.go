@@ -17,7 +17,7 @@ import (
 const (
 	// satelliteConsumers is amqptransport.Config.Consumers of the timeout manager's queues: the
 	// satellites need no order, so they handle several messages at once.
-	satelliteConsumers = 8
+	satelliteConsumers = 64
 	// receiverConsumers and receiverPrefetch make the destination's consumer (the application)
 	// fast enough not to be what is measured.
 	receiverConsumers = 4
@@ -64,9 +64,8 @@ func deleteQueues(url string, queues ...string) error {
 // rabbitMQPostgres is the emulated pipeline on RabbitMQ with the PostgreSQL store.
 func rabbitMQPostgres() System {
 	return System{
-		Name:      "RabbitMQ + PostgreSQL",
-		Needs:     []string{"rabbitmq", "postgres"},
-		StoreRate: 3000,
+		Name:  "RabbitMQ + PostgreSQL",
+		Needs: []string{"rabbitmq", "postgres"},
 		Open: func(ctx context.Context, env Env, dest string) (*Rig, error) {
 			endpoint := endpointName()
 			errorQueue := endpoint + ".error"

@@ -43,10 +43,9 @@ func withParams(dsn string, params map[string]string) (string, error) {
 // the same database, forwarding exactly once.
 func sqlTransport() System {
 	return System{
-		Name:      "SQL transport + PostgreSQL (exactly once)",
-		Needs:     []string{"postgres"},
-		SQL:       true,
-		StoreRate: 1500,
+		Name:  "SQL transport + PostgreSQL (exactly once)",
+		Needs: []string{"postgres"},
+		SQL:   true,
 		Open: func(ctx context.Context, env Env, dest string) (*Rig, error) {
 			schema, err := newSchema(ctx, env.PostgresDSN)
 			if err != nil {
@@ -111,10 +110,9 @@ func sqlTransport() System {
 // defaults (a 1 s poll), deleting messages on ack, delays set with Watermill's delay.Message.
 func watermillPeer() System {
 	return System{
-		Name:      "peer: watermill-sql DelayedPostgreSQL",
-		Needs:     []string{"postgres"},
-		SQL:       true,
-		StoreRate: 3000,
+		Name:  "peer: watermill-sql DelayedPostgreSQL",
+		Needs: []string{"postgres"},
+		SQL:   true,
 		Open: func(ctx context.Context, env Env, dest string) (*Rig, error) {
 			schema, err := newSchema(ctx, env.PostgresDSN)
 			if err != nil {
