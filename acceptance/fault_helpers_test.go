@@ -208,7 +208,7 @@ type tally struct {
 	first  map[string]time.Time
 	last   time.Time
 	total  int
-	bodies map[string][]byte // only when keepBodies
+	kept   map[string]amqp.Delivery // first delivery of each id, only when keeping
 	keep   bool
 
 	cancel context.CancelFunc
@@ -225,7 +225,7 @@ func (c *brokerClient) consume(t *testing.T, queue string) *tally {
 func (c *brokerClient) consumeKeeping(t *testing.T, queue string, keepBodies bool) *tally {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	tl := &tally{queue: queue, counts: map[string]int{}, first: map[string]time.Time{}, bodies: map[string][]byte{},
+	tl := &tally{queue: queue, counts: map[string]int{}, first: map[string]time.Time{}, kept: map[string]amqp.Delivery{},
 		keep: keepBodies, cancel: cancel, done: make(chan struct{})}
 	ready := make(chan error, 1)
 	go func() {
@@ -299,6 +299,9 @@ func (tl *tally) record(d amqp.Delivery) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	id := d.MessageId
+	if uuid, ok := d.Headers["_watermill_message_uuid"].(string); ok && uuid != "" {
+		id = uuid // the same as the message-id, except where that could not hold it (over 255 bytes)
+	}
 	if d.Redelivered && tl.counts[id] > 0 {
 		return
 	}
@@ -308,7 +311,7 @@ func (tl *tally) record(d amqp.Delivery) {
 	if tl.counts[id] == 1 {
 		tl.first[id] = now
 		if tl.keep {
-			tl.bodies[id] = d.Body
+			tl.kept[id] = d
 		}
 	}
 	tl.last = now
@@ -387,6 +390,14 @@ func (f figures) String() string {
 	return fmt.Sprintf("sent=%d delivered=%d lost=%d duplicated=%d", f.sent, f.delivered, f.lost, f.duplicated)
 }
 
+// delivery is the first delivery of id, when the tally keeps them.
+func (tl *tally) delivery(id string) (amqp.Delivery, bool) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	d, ok := tl.kept[id]
+	return d, ok
+}
+
 // firstArrival is when id first arrived (zero if it did not).
 func (tl *tally) firstArrival(id string) time.Time {
 	tl.mu.Lock()
@@ -448,6 +459,26 @@ func storedTimeouts(dsn, endpoint string) int {
 	return n
 }
 
+// storedIDs are the ids in endpoint's table in the PostgreSQL database at dsn.
+func storedIDs(t *testing.T, dsn, endpoint string) map[string]bool {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
+	require.NoError(t, err)
+	defer db.Close()
+	table := `public."` + strings.ReplaceAll(endpoint+".timeouts", `"`, `""`) + `"`
+	rows, err := db.QueryContext(context.Background(), "SELECT id FROM "+table)
+	require.NoError(t, err)
+	defer rows.Close()
+	ids := map[string]bool{}
+	for rows.Next() {
+		var id string
+		require.NoError(t, rows.Scan(&id))
+		ids[id] = true
+	}
+	require.NoError(t, rows.Err())
+	return ids
+}
+
 // waitDrained waits up to within until the endpoint's table is empty and its dispatcher queue
 // too: every stored timeout was forwarded and removed, so no duplicate can still come from it.
 func waitDrained(t *testing.T, c *brokerClient, dsn, endpoint string, within time.Duration) time.Duration {
@@ -477,4 +508,23 @@ func faultLog(t *testing.T, format string, args ...any) {
 // TIMEOUTMILL_FAULT_LONG is set.
 func longFaultCases() bool {
 	return os.Getenv("CI") != "" || os.Getenv("TIMEOUTMILL_FAULT_LONG") != ""
+}
+
+// lateness is how late the last of msgs arrived after its due time, and how many arrived more
+// than bound after theirs.
+func (tl *tally) lateness(msgs []timeoutMsg, bound time.Duration) (worst time.Duration, beyond int) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	for _, m := range msgs {
+		at, ok := tl.first[m.id]
+		if !ok {
+			continue
+		}
+		late := at.Sub(m.due)
+		worst = max(worst, late)
+		if late > bound {
+			beyond++
+		}
+	}
+	return worst, beyond
 }

@@ -75,9 +75,11 @@ func TestFaultDatabaseOutageShorterThanTheWait(t *testing.T) {
 	got.quiet(2*time.Second, 10*time.Second)
 
 	f := got.figures(ids(msgs))
+	worst, late := got.lateness(msgs, outage+5*time.Second)
 	faultLog(t, "%s (error queue %d); database down %s (%d delivered meanwhile from what was already announced); "+
+		"latest delivery %s after due (%d more than the outage + 5 s late); "+
 		"all delivered %s after it returned, store drained %s later; critical errors: %d; failures logged: %d",
-		f, errs.distinct(), back.Sub(stopping).Round(time.Millisecond), deliveredDuring,
+		f, errs.distinct(), back.Sub(stopping).Round(time.Millisecond), deliveredDuring, worst.Round(time.Millisecond), late,
 		allAt.Sub(back).Round(time.Millisecond), drain.Round(time.Millisecond),
 		svc.count(criticalLogged), svc.count("level=ERROR"))
 	requireNoneLost(t, f)

@@ -278,7 +278,7 @@ func (s *service) tail(n int) string {
 // runArgs are the arguments of `timeoutmill run` for an endpoint; extra flags follow.
 func runArgs(endpoint, store, transport, errorQueue string, extra ...string) []string {
 	return append([]string{"run", "--endpoint", endpoint, "--store", store, "--transport", transport,
-		"--error-queue", errorQueue, "--instance", endpoint + "-" + strconv.Itoa(os.Getpid())}, extra...)
+		"--error-queue", errorQueue}, extra...)
 }
 
 // postgresDatabase creates a database of t's own on the PostgreSQL server at base (a URL DSN)

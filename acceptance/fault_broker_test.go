@@ -1,0 +1,78 @@
+package acceptance
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/wire"
+)
+
+// TestFaultBrokerRestartUnderLoad restarts RabbitMQ (a node of the test's own, stopped with
+// rabbitmqctl stop and started again; the shared node is never touched) while timeouts are being
+// sent, stored and dispatched. The service reconnects by itself and nothing is lost. The store is
+// SQLite, so the broker is the only server that goes away.
+func TestFaultBrokerRestartUnderLoad(t *testing.T) {
+	t.Parallel()
+	skipFaultShort(t)
+	const count = 2000
+	srv := newPrivateServers(t)
+	started := srv.up(t, "rabbitmq")
+	url := srv.amqpURL()
+	endpoint := "fault-broker-" + randomHex(t, 4)
+	dest, errorQueue := endpoint+".due", endpoint+".error"
+	store := "sqlite://" + filepath.Join(t.TempDir(), "timeouts.db")
+	svc := startService(t, "broker", runArgs(endpoint, store, url, errorQueue, "--close-timeout", "10s")...)
+	client := newBrokerClient(t, url)
+	got := client.consume(t, dest)
+	errs := client.consume(t, errorQueue)
+
+	// 100 timeouts every half second for 10 s, each due 2 s after it is sent; the sender retries
+	// through the restart.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	var msgs []timeoutMsg
+	for i := range 20 {
+		msgs = append(msgs, newTimeouts(count/20, dest, start.Add(time.Duration(i)*500*time.Millisecond+2*time.Second), 500*time.Millisecond)...)
+	}
+	sent := client.sendPaced(ctx, wire.TimeoutsQueue(endpoint), msgs, count/20, 500*time.Millisecond)
+
+	time.Sleep(4 * time.Second)
+	deliveredBefore := got.distinct()
+	stopping := time.Now()
+	stopTook := srv.down(t, "rabbitmq")
+	startTook := srv.up(t, "rabbitmq")
+	back := time.Now()
+	down := back.Sub(stopping)
+	require.NoError(t, <-sent)
+
+	// The dispatch breaker's wait is 30 s: a broker away longer than that is a critical error by
+	// design, which a slow restart on a loaded machine could reach.
+	allDelivered := got.waitDistinct(count, 3*time.Minute)
+	allAt := time.Now()
+	reconnected := svc.count("Connected to AMQP") - 2 // publisher and subscriber connected once at start
+	f := got.figures(ids(msgs))
+	worst, _ := got.lateness(msgs, 0)
+	faultLog(t, "%s (error queue %d); node start %s; broker down %s (stop %s, start %s) after %d were delivered; "+
+		"service reconnections logged: %d; all delivered %s after the broker was back; latest delivery %s after due; critical errors: %d",
+		f, errs.distinct(), started.Round(time.Millisecond), down.Round(time.Millisecond), stopTook.Round(time.Millisecond),
+		startTook.Round(time.Millisecond), deliveredBefore, reconnected, allAt.Sub(back).Round(time.Millisecond),
+		worst.Round(time.Millisecond), svc.count(criticalLogged))
+	if down < critical.DefaultRetryDelay*25 {
+		require.Zero(t, svc.count(criticalLogged), "a broker restart shorter than the breakers' waits is no critical error:\n%s", svc.tail(20))
+		require.True(t, svc.running(), "the service survived the restart")
+	}
+	require.True(t, allDelivered, "all delivered after the restart (%d of %d)", got.distinct(), count)
+	requireNoneLost(t, f)
+	require.Zero(t, errs.distinct(), "a broker restart sends nothing to the error queue")
+	require.Positive(t, reconnected, "the service reconnected by itself")
+
+	svc.signal(t, sigterm)
+	code, _ := svc.wait(t, time.Minute)
+	require.Equal(t, 0, code)
+}
