@@ -145,3 +145,41 @@ type Inspector interface {
 	// List returns timeouts earliest due first, without their payloads.
 	List(ctx context.Context, opts ListOptions) ([]Timeout, error)
 }
+
+// HiddenFrom is the earliest end of a hidden timeout's claim: Handover.Hide claims timeouts until
+// a mark at or after it, which no poller's now reaches, so they stay with whoever hid them.
+var HiddenFrom = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Handover is implemented by stores whose timeouts can be handed over to another delayed-delivery
+// mechanism (RabbitMQ's native delay) while timeout managers keep running on them: `timeoutmill
+// migrate` hides a batch, sends it, then removes it. Peek, Remove and Cancel work on hidden
+// timeouts as on any other.
+type Handover interface {
+	// Survey describes the timeouts due at or after from (MinDue for all).
+	Survey(ctx context.Context, from time.Time) (Survey, error)
+
+	// Hide claims, until mark, up to limit timeouts due at or after from that no poller holds at
+	// now: never claimed, their lease over by now, or hidden by an earlier Hide with another mark
+	// (whose caller stopped without removing or releasing them). It takes them in the order they
+	// became claimable, as ClaimDue does (so those hidden before come last), and returns them
+	// whole, earliest due first. mark must be at or after HiddenFrom and kept to the
+	// microsecond; a caller uses one mark for all its Hide calls, so that none returns a timeout
+	// it hid already. Concurrent callers never get the same timeout.
+	Hide(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]Timeout, error)
+
+	// Release makes the timeouts with these ids, which the caller hid, claimable again from their
+	// due time, and returns how many of them it found.
+	Release(ctx context.Context, ids []string) (int, error)
+}
+
+// Survey describes the timeouts a Handover would hand over.
+type Survey struct {
+	// Count is how many timeouts there are.
+	Count int
+	// Latest is the latest due time; zero when Count is 0.
+	Latest time.Time
+	// Hidden is how many of them are hidden: claimed until HiddenFrom or later.
+	Hidden int
+	// Destinations counts the timeouts of each destination.
+	Destinations map[string]int
+}

@@ -20,6 +20,7 @@ type queries struct {
 	list                  string
 	listByOwner           string
 	table                 string
+	handover              handoverQueries
 }
 
 // newQueries builds the SQL for a table whose name passed validateTable.
@@ -31,7 +32,8 @@ type queries struct {
 func newQueries(table string) queries {
 	t := quoteIdent(table)
 	return queries{
-		table: t,
+		table:    t,
+		handover: newHandoverQueries(t),
 		// Binary strings: ids and owners compare byte for byte ("a", "A" and "a " are three
 		// ids), and any bytes fit, whatever the server's character sets.
 		createTable: fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (\n"+

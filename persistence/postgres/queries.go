@@ -22,6 +22,7 @@ type queries struct {
 	stats                 string
 	list                  string
 	listByOwner           string
+	handover              handoverQueries
 }
 
 // newQueries builds the SQL for names that passed validateIdentifier.
@@ -39,6 +40,7 @@ func newQueries(schema, table string) queries {
 		availableIndex: s + "." + availableIndex,
 		ownerIndex:     s + "." + ownerIndex,
 		schemaName:     schema,
+		handover:       newHandoverQueries(t),
 
 		createSchema: fmt.Sprintf(`CREATE SCHEMA IF NOT EXISTS %s`, s),
 		// COLLATE "C": ids and owners compare byte for byte, whatever the database's locale.

@@ -15,6 +15,7 @@ type queries struct {
 	stats                 string
 	list                  string
 	listByOwner           string
+	handover              handoverQueries
 }
 
 // newQueries builds the SQL for a table whose name passed validateTable.
@@ -27,6 +28,7 @@ func newQueries(table string) queries {
 	availableIndex := quoteIdent(table + "_available_at")
 	ownerIndex := quoteIdent(table + "_owner")
 	return queries{
+		handover: newHandoverQueries(t),
 		setup: []string{
 			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 	id TEXT NOT NULL PRIMARY KEY,

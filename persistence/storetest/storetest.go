@@ -57,6 +57,7 @@ func Run(t *testing.T, newStore func(t *testing.T) persistence.Store) {
 		{"ConcurrentClaimers", s.testConcurrentClaimers},
 		{"HundredThousand", s.testHundredThousand},
 		{"Inspector", s.testInspector},
+		{"Handover", s.testHandover},
 		{"CancelledContext", s.testCancelledContext},
 	}
 	for _, tt := range tests {
