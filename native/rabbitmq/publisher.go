@@ -69,16 +69,16 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
+	declarer, err := amqptransport.NewPublisher(config.transportConfig(), logger) // it adds the broker to its logs
+	if err != nil {
+		return nil, err
+	}
 	logger = logger.With(watermill.LogFields{"broker": where(config.URL), "delay_prefix": config.Prefix})
 	amqpConfig := config.amqpConfig("publisher")
 	conn, err := wamqp.NewConnection(wamqp.ConnectionConfig{AmqpURI: config.URL, AmqpConfig: &amqpConfig, Reconnect: config.Reconnect}, logger)
 	if err != nil {
+		_ = declarer.Close()
 		return nil, fmt.Errorf("rabbitmq: connecting to %s: %w", where(config.URL), redactError(err, config.URL))
-	}
-	declarer, err := amqptransport.NewPublisher(config.transportConfig(), logger)
-	if err != nil {
-		_ = conn.Close()
-		return nil, err
 	}
 	p := &Publisher{
 		topo:     config.topology(),

@@ -90,7 +90,7 @@ func (v *verifier) run(ctx context.Context) error {
 		if present["exchange "+t.Exchange(level)], err = v.exchange(ctx, t.Exchange(level)); err != nil {
 			return err
 		}
-		if present["queue "+t.Queue(level)], err = v.queue(ctx, t.Queue(level), t.QueueArguments(level)); err != nil {
+		if present["queue "+t.Queue(level)], err = v.levelQueue(ctx, level); err != nil {
 			return err
 		}
 	}
@@ -178,6 +178,29 @@ func (v *verifier) queue(ctx context.Context, name string, args amqp.Table) (boo
 			_, err := ch.QueueDeclare(name, true, false, false, false, args)
 			return err
 		})
+}
+
+// levelQueue is queue for the queue of a level, and tells a queue of the other type apart from
+// one whose arguments differ otherwise (the broker names only the first argument that differs).
+func (v *verifier) levelQueue(ctx context.Context, level int) (bool, error) {
+	t := v.t
+	before := len(v.problems)
+	exists, err := v.queue(ctx, t.Queue(level), t.QueueArguments(level))
+	if err != nil || len(v.problems) == before || !exists {
+		return exists, err
+	}
+	other := Topology{prefix: t.prefix, queueType: Quorum}
+	if t.queueType == Quorum {
+		other.queueType = Classic
+	}
+	err = onChannel(v.conn, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(t.Queue(level), true, false, false, false, other.QueueArguments(level))
+		return err
+	})
+	if err == nil {
+		v.problems[before].Wrong = fmt.Sprintf("is a %s queue, not %s (set up with the other queue type?)", other.queueType, t.queueType)
+	}
+	return true, nil
 }
 
 // declared runs a passive declaration, then, when the piece exists, the full one; each on a

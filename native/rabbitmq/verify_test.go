@@ -83,5 +83,5 @@ func TestVerifyNamesAQueueWithOtherArguments(t *testing.T) {
 	classic, err := rabbitmq.NewTopology(b.topo.Prefix(), rabbitmq.Classic)
 	require.NoError(t, err)
 	err = classic.Verify(ctx, b.conn)
-	require.ErrorContains(t, err, "inequivalent arg 'x-queue-type'")
+	require.ErrorContains(t, err, "queue "+b.topo.Prefix()+".delay-level-00 is a quorum queue, not classic (set up with the other queue type?)")
 }

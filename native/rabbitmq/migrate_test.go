@@ -1,0 +1,270 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/stretchr/testify/require"
+
+	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
+	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/persistence/memory"
+)
+
+// migrationFixture is a topology, a destination queue and a memory store of timeouts for it.
+type migrationFixture struct {
+	b     *broker
+	pub   *rabbitmq.Publisher
+	store *memory.Store
+	dest  string
+}
+
+func newMigrationFixture(t *testing.T) *migrationFixture {
+	t.Helper()
+	b := newBroker(t, rabbitmq.Quorum)
+	b.setup(t)
+	f := &migrationFixture{b: b, pub: b.publisher(t), store: memory.New(), dest: uniqueName(t, "native-dest")}
+	b.queue(t, f.dest)
+	return f
+}
+
+func (f *migrationFixture) add(t *testing.T, id, dest string, due time.Time) {
+	t.Helper()
+	inserted, err := f.store.Store(context.Background(), persistence.Timeout{
+		ID: id, Destination: dest, Due: due, Payload: []byte("payload " + id),
+		Metadata: map[string]string{"trace": id},
+	})
+	require.NoError(t, err)
+	require.True(t, inserted)
+}
+
+func (f *migrationFixture) config() rabbitmq.MigrationConfig {
+	return rabbitmq.MigrationConfig{Store: f.store, Publisher: f.pub, BatchSize: 7, Workers: 3, Logger: watermill.NopLogger{}}
+}
+
+func (f *migrationFixture) survey(t *testing.T) persistence.Survey {
+	t.Helper()
+	sv, err := f.store.Survey(context.Background(), persistence.MinDue)
+	require.NoError(t, err)
+	return sv
+}
+
+// levelMessages counts the messages waiting in the level queues by message id, leaving them
+// there. Verify's probes, which wait behind real messages too, are not counted.
+func (f *migrationFixture) levelMessages(t *testing.T) map[string]int {
+	t.Helper()
+	ch, err := f.b.conn.Channel()
+	require.NoError(t, err)
+	defer ch.Close() // every message got returns to its queue
+	ids := map[string]int{}
+	for level := 0; level < rabbitmq.Levels; level++ {
+		for {
+			d, ok, err := ch.Get(f.b.topo.Queue(level), false)
+			require.NoError(t, err)
+			if !ok {
+				break
+			}
+			if _, probe := d.Headers["timeoutmill-probe"]; !probe {
+				ids[d.MessageId]++
+			}
+		}
+	}
+	return ids
+}
+
+// requireOnce fails unless the level queues hold exactly one message of each id.
+func (f *migrationFixture) requireOnce(t *testing.T, ids ...string) {
+	t.Helper()
+	got := f.levelMessages(t)
+	want := map[string]int{}
+	for _, id := range ids {
+		want[id] = 1
+	}
+	require.Equal(t, want, got)
+}
+
+func TestMigrateMovesEveryTimeout(t *testing.T) {
+	t.Parallel()
+	f := newMigrationFixture(t)
+	now := time.Now()
+	for i := range 20 {
+		f.add(t, fmt.Sprintf("past-%02d", i), f.dest, now.Add(-time.Duration(i+1)*time.Hour))
+		f.add(t, fmt.Sprintf("soon-%02d", i), f.dest, now.Add(3*time.Second))
+		f.add(t, fmt.Sprintf("later-%02d", i), f.dest, now.Add(time.Duration(i+1)*24*time.Hour))
+	}
+	var last rabbitmq.Progress
+	cfg := f.config()
+	cfg.OnProgress = func(p rabbitmq.Progress) { last = p }
+	res, err := rabbitmq.Migrate(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Equal(t, 60, res.Migrated)
+	require.Empty(t, res.Unmigratable)
+	require.Zero(t, res.Released)
+	require.Equal(t, rabbitmq.Progress{Total: 60, Done: 60, Migrated: 60, Elapsed: last.Elapsed}, last)
+	require.Zero(t, f.survey(t).Count, "the store is empty")
+
+	msgs := f.b.subscribe(t, f.dest)
+	got := map[string]time.Time{}
+	for len(got) < 40 {
+		msg := receive(t, msgs, 30*time.Second)
+		require.NotContains(t, got, msg.UUID, "delivered twice")
+		require.Equal(t, "payload "+msg.UUID, string(msg.Payload))
+		require.Equal(t, msg.UUID, msg.Metadata.Get("trace"))
+		require.NotContains(t, msg.Metadata, "x-death")
+		got[msg.UUID] = time.Now()
+	}
+	for i := range 20 {
+		require.Contains(t, got, fmt.Sprintf("past-%02d", i))
+		soon := fmt.Sprintf("soon-%02d", i)
+		require.Contains(t, got, soon)
+		require.False(t, got[soon].Before(now.Add(3*time.Second)), "%s delivered early", soon)
+	}
+	var later []string
+	for i := range 20 {
+		later = append(later, fmt.Sprintf("later-%02d", i))
+	}
+	f.requireOnce(t, later...) // the later ones wait in the levels
+}
+
+func TestMigratePreflightChangesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newMigrationFixture(t)
+	now := time.Now()
+	missing := uniqueName(t, "native-missing")
+	f.add(t, "ok", f.dest, now.Add(time.Hour))
+	f.add(t, "to-missing", missing, now.Add(time.Hour))
+	f.add(t, "wildcard", "orders.#", now.Add(time.Hour))
+	f.add(t, "too-late", f.dest, now.Add(rabbitmq.MaxDelay+time.Hour))
+
+	_, err := rabbitmq.Migrate(ctx, f.config())
+	require.ErrorIs(t, err, rabbitmq.ErrPreflight)
+	require.ErrorContains(t, err, "destination queue "+missing+" does not exist (1 timeout(s))")
+	require.ErrorContains(t, err, `destination "orders.#" cannot be reached natively`)
+	require.ErrorContains(t, err, "longer than the 268,435,455 s")
+	sv := f.survey(t)
+	require.Equal(t, 4, sv.Count)
+	require.Zero(t, sv.Hidden)
+	exists, err := f.pub.DestinationExists(ctx, missing)
+	require.NoError(t, err)
+	require.False(t, exists, "the preflight creates no queue")
+
+	// With a queue of the topology gone, the preflight names it.
+	_, err = f.b.channel(t).QueueDelete(f.b.topo.Queue(9), false, false, false)
+	require.NoError(t, err)
+	cfg := f.config()
+	cfg.SkipUnmigratable = true
+	_, err = rabbitmq.Migrate(ctx, cfg)
+	require.ErrorIs(t, err, rabbitmq.ErrPreflight)
+	require.ErrorContains(t, err, "queue "+f.b.topo.Queue(9)+" is missing")
+	require.Equal(t, 4, f.survey(t).Count)
+}
+
+func TestMigrateLeavesTheUnmigratableAndSaysWhy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newMigrationFixture(t)
+	now := time.Now()
+	missing := uniqueName(t, "native-missing")
+	for i := range 10 {
+		f.add(t, fmt.Sprintf("ok-%d", i), f.dest, now.Add(time.Hour))
+	}
+	f.add(t, "to-missing", missing, now.Add(-time.Hour))
+	f.add(t, "wildcard", "orders.#", now.Add(time.Hour))
+	f.add(t, "too-late", f.dest, now.Add(rabbitmq.MaxDelay+time.Hour))
+
+	cfg := f.config()
+	cfg.SkipUnmigratable = true
+	res, err := rabbitmq.Migrate(ctx, cfg)
+	require.NoError(t, err)
+	require.Equal(t, 10, res.Migrated)
+	reasons := map[string]string{}
+	for _, u := range res.Unmigratable {
+		reasons[u.ID] = u.Reason
+	}
+	require.Len(t, reasons, 3)
+	require.Contains(t, reasons["to-missing"], "does not exist")
+	require.Contains(t, reasons["wildcard"], "wildcard")
+	require.Contains(t, reasons["too-late"], "268,435,455")
+	require.Equal(t, 3, res.Released)
+
+	sv := f.survey(t)
+	require.Equal(t, 3, sv.Count, "the unmigratable stay in the store")
+	require.Zero(t, sv.Hidden, "and are back with the timeout manager")
+	claimed, err := f.store.ClaimDue(ctx, now, 10, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{"to-missing"}, claimed, "the past-due one is claimable at once again")
+}
+
+func TestMigrateCutoffLeavesEarlierTimeouts(t *testing.T) {
+	t.Parallel()
+	f := newMigrationFixture(t)
+	now := time.Now()
+	f.add(t, "soon", f.dest, now.Add(10*time.Minute))
+	f.add(t, "later", f.dest, now.Add(2*time.Hour))
+	cfg := f.config()
+	cfg.Cutoff = now.Add(time.Hour)
+	res, err := rabbitmq.Migrate(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Migrated)
+	require.Equal(t, 1, res.Preflight.Survey.Count)
+	_, err = f.store.Peek(context.Background(), "soon")
+	require.NoError(t, err, "due before the cutoff: left to the timeout manager")
+}
+
+func TestMigrateInterruptedPutsUnsentBackAndARerunFinishes(t *testing.T) {
+	t.Parallel()
+	f := newMigrationFixture(t)
+	now := time.Now()
+	const n = 200
+	for i := range n {
+		f.add(t, fmt.Sprintf("t-%03d", i), f.dest, now.Add(time.Duration(i+1)*time.Hour))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := f.config()
+	cfg.OnProgress = func(p rabbitmq.Progress) {
+		if p.Done >= 20 {
+			cancel()
+		}
+	}
+	res, err := rabbitmq.Migrate(ctx, cfg)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Positive(t, res.Migrated)
+	require.Less(t, res.Migrated, n)
+	sv := f.survey(t)
+	require.Equal(t, n-res.Migrated, sv.Count, "every timeout is migrated or still stored")
+	require.Zero(t, sv.Hidden, "nothing stays hidden after an interruption")
+
+	res2, err := rabbitmq.Migrate(context.Background(), f.config())
+	require.NoError(t, err)
+	require.Equal(t, n, res.Migrated+res2.Migrated)
+	require.Zero(t, f.survey(t).Count)
+	var all []string
+	for i := range n {
+		all = append(all, fmt.Sprintf("t-%03d", i))
+	}
+	f.requireOnce(t, all...)
+}
+
+func TestMigrateTakesOverWhatAStoppedMigrationHid(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newMigrationFixture(t)
+	now := time.Now()
+	for i := range 30 {
+		f.add(t, fmt.Sprintf("t-%02d", i), f.dest, now.Add(time.Duration(i+1)*time.Hour))
+	}
+	// A migration that hid a batch and was killed before sending it.
+	hidden, err := f.store.Hide(ctx, now, persistence.MinDue, 12, persistence.HiddenFrom.Add(time.Hour))
+	require.NoError(t, err)
+	require.Len(t, hidden, 12)
+
+	res, err := rabbitmq.Migrate(ctx, f.config())
+	require.NoError(t, err)
+	require.Equal(t, 12, res.Preflight.Survey.Hidden)
+	require.Equal(t, 30, res.Migrated)
+	require.Zero(t, f.survey(t).Count)
+}

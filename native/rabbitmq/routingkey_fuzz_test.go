@@ -1,0 +1,40 @@
+package rabbitmq_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
+)
+
+// FuzzParseRoutingKey reads arbitrary routing keys, as a delivery exchange may receive them from
+// any producer: no panic; a key it accepts is exactly the key RoutingKey builds for its delay and
+// destination, it reaches that destination's binding and no other destination's, and it enters
+// the level queue of its highest bit.
+func FuzzParseRoutingKey(f *testing.F) {
+	key, err := rabbitmq.RoutingKey(5, "orders")
+	require.NoError(f, err)
+	for _, s := range []string{key, key[:55], strings.Replace(key, "1", "2", 1), key + ".#", key[:56] + "*.x", key[:56] + "a..b", ""} {
+		f.Add(s, "orders")
+	}
+	f.Fuzz(func(t *testing.T, key, other string) {
+		seconds, dest, err := rabbitmq.ParseRoutingKey(key)
+		if err != nil {
+			require.ErrorIs(t, err, rabbitmq.ErrInvalidDestination)
+			return
+		}
+		require.LessOrEqual(t, seconds, uint32(rabbitmq.MaxDelaySeconds))
+		built, err := rabbitmq.RoutingKey(seconds, dest)
+		require.NoError(t, err)
+		require.Equal(t, key, built, "accepted keys round-trip")
+		require.True(t, matchTopic(rabbitmq.DestinationBindingKey(dest), key), "reaches its destination")
+		if other != dest && rabbitmq.ValidateDestination(other) == nil {
+			require.False(t, matchTopic(rabbitmq.DestinationBindingKey(other), key), "%q's binding catches a message for %q", other, dest)
+		}
+		if level := rabbitmq.Level(seconds); level >= 0 {
+			require.True(t, matchTopic(rabbitmq.QueueBindingKey(level), key), "enters the queue of its highest bit")
+		}
+	})
+}
