@@ -33,6 +33,9 @@ type cli struct {
 	Stats  statsCmd  `cmd:"" help:"Print how many timeouts are pending, the next due and the most overdue."`
 	List   listCmd   `cmd:"" help:"List pending timeouts, earliest due first."`
 	Cancel cancelCmd `cmd:"" help:"Cancel pending timeouts by id or by owner."`
+
+	Native  nativeCmd  `cmd:"" help:"Set up and check RabbitMQ's native delay infrastructure (28 delay levels)."`
+	Migrate migrateCmd `cmd:"" help:"Move stored timeouts to RabbitMQ's native delay, while the timeout manager keeps running."`
 }
 
 // env is what every command runs with: output streams and the process's lifetime.

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ThreeDotsLabs/watermill"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/timeoutmill/timeoutmill/internal/connect"
+	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
+)
+
+// nativeCmd groups the commands of RabbitMQ's native delay.
+type nativeCmd struct {
+	Setup  nativeSetupCmd  `cmd:"" help:"Declare RabbitMQ's native delay infrastructure: 28 delay levels, the delivery exchange and their bindings (idempotent)."`
+	Verify nativeVerifyCmd `cmd:"" help:"Check every exchange, queue, TTL, dead-letter target and binding of the native delay infrastructure; exit 1 naming each missing or wrong piece."`
+}
+
+// nativeFlags name the broker and its delay infrastructure.
+type nativeFlags struct {
+	Transport      string `required:"" help:"RabbitMQ URL: amqp://user:pass@host:5672/vhost (or amqps://)." placeholder:"URL"`
+	DelayPrefix    string `default:"timeoutmill" help:"Prefix of the delay exchanges and queues (PREFIX.delay-level-27 ... PREFIX.delay-delivery)."`
+	DelayQueueType string `default:"quorum" enum:"quorum,classic" help:"Type of the delay level queues: quorum (at-least-once dead-lettering, RabbitMQ 3.10+) or classic."`
+}
+
+func (f nativeFlags) config() rabbitmq.Config {
+	return rabbitmq.Config{URL: f.Transport, Prefix: f.DelayPrefix, QueueType: rabbitmq.QueueType(f.DelayQueueType)}
+}
+
+// describe says where the infrastructure is, for output.
+func (f nativeFlags) describe() string {
+	return fmt.Sprintf("%s (prefix %s, %s queues)", connect.Redact(f.Transport), f.DelayPrefix, f.DelayQueueType)
+}
+
+// topology opens a connection and returns the topology the flags name; close the connection.
+func (f nativeFlags) topology() (rabbitmq.Topology, *amqp.Connection, error) {
+	cfg := f.config()
+	if err := cfg.Validate(); err != nil {
+		return rabbitmq.Topology{}, nil, fmt.Errorf("%w: %w", connect.ErrInvalid, err)
+	}
+	topo, err := rabbitmq.NewTopology(cfg.Prefix, cfg.QueueType)
+	if err != nil {
+		return rabbitmq.Topology{}, nil, err
+	}
+	conn, err := amqp.DialConfig(f.Transport, amqp.Config{
+		Properties: amqp.Table{"connection_name": "timeoutmill native"},
+		Dial:       amqp.DefaultDial(rabbitmq.DefaultDialTimeout),
+	})
+	if err != nil {
+		return rabbitmq.Topology{}, nil, fmt.Errorf("connecting to %s: %w", connect.Redact(f.Transport), connect.RedactError(err, f.Transport))
+	}
+	return topo, conn, nil
+}
+
+// publisher opens a native Publisher with the flags' settings.
+func (f nativeFlags) publisher(logger watermill.LoggerAdapter) (*rabbitmq.Publisher, error) {
+	pub, err := rabbitmq.NewPublisher(f.config(), logger)
+	if err != nil {
+		return nil, connect.RedactError(err, f.Transport)
+	}
+	return pub, nil
+}
+
+type nativeSetupCmd struct {
+	nativeFlags `embed:""`
+}
+
+// Run declares the delay infrastructure.
+func (c *nativeSetupCmd) Run(e *env) error {
+	topo, conn, err := c.topology()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := topo.Setup(e.ctx, conn); err != nil {
+		return connect.RedactError(err, c.Transport)
+	}
+	fmt.Fprintf(e.stdout, "native delay infrastructure ready on %s:\n  exchanges and queues %s .. %s, exchange %s, queue %s\n",
+		c.describe(), topo.Exchange(rabbitmq.Levels-1), topo.Exchange(0), topo.DeliveryExchange(), topo.ProbeQueue())
+	return nil
+}
+
+type nativeVerifyCmd struct {
+	nativeFlags `embed:""`
+}
+
+// Run checks the delay infrastructure; a problem is an error, so the exit code is 1.
+func (c *nativeVerifyCmd) Run(e *env) error {
+	topo, conn, err := c.topology()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	err = topo.Verify(e.ctx, conn)
+	var verr *rabbitmq.VerifyError
+	if errors.As(err, &verr) {
+		lines := make([]string, len(verr.Problems))
+		for i, p := range verr.Problems {
+			lines[i] = "  " + p.String()
+		}
+		return fmt.Errorf("native delay infrastructure on %s: %d problem(s); `timeoutmill native setup` declares what is missing:\n%s",
+			c.describe(), len(lines), strings.Join(lines, "\n"))
+	}
+	if err != nil {
+		return connect.RedactError(err, c.Transport)
+	}
+	fmt.Fprintf(e.stdout, "native delay infrastructure on %s: ok\n  %d levels (exchange, queue, TTL, dead-letter exchange, bindings), delivery exchange, probe queue\n",
+		c.describe(), rabbitmq.Levels)
+	return nil
+}
