@@ -169,9 +169,6 @@ func (s *service) read(r io.Reader) {
 	_, _ = io.Copy(io.Discard, r) // a line over 4 MiB: keep draining
 }
 
-// pid is the process id.
-func (s *service) pid() int { return s.cmd.Process.Pid }
-
 // running reports whether the process has not exited.
 func (s *service) running() bool {
 	select {
