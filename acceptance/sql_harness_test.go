@@ -125,8 +125,14 @@ func (e *sqlEnv) table(t *testing.T, topic string) string {
 // rows counts topic's messages that wait, not yet acked.
 func (e *sqlEnv) rows(t *testing.T, topic string) int {
 	t.Helper()
+	return e.waiting(t, e.table(t, topic))
+}
+
+// waiting counts the messages that wait in a queue table (see table), not yet acked.
+func (e *sqlEnv) waiting(t *testing.T, table string) int {
+	t.Helper()
 	var n int
-	require.NoError(t, e.db.QueryRowContext(context.Background(), "SELECT COUNT(*) FROM "+e.table(t, topic)+" WHERE acked = FALSE").Scan(&n))
+	require.NoError(t, e.db.QueryRowContext(context.Background(), "SELECT COUNT(*) FROM "+table+" WHERE acked = FALSE").Scan(&n))
 	return n
 }
 
