@@ -32,7 +32,8 @@ func (exactlyOnceUnsupported) Unwrap() error { return persistence.ErrUnsupported
 // between the two therefore cannot deliver a message twice, and a timeout already gone
 // (dispatched by another instance, or cancelled) publishes nothing. It is the dispatch
 // satellite's Forwarder (satellites.Forwarder) when the transport is this package's on the same
-// PostgreSQL database as the store.
+// PostgreSQL database as the store. It runs on the Publisher's pool: close the Publisher only
+// after the router that dispatches with it.
 type ExactlyOnceForwarder struct {
 	db     *sql.DB // the transport's, so destination tables resolve as its consumers see them
 	store  *postgres.Store
