@@ -61,4 +61,61 @@
 // "#". Like NServiceBus's, the binding "#.Q" also matches a destination whose name ends with ".Q"
 // (a queue "shipping" receives what is delayed for "sales.shipping"): do not name one destination
 // as a dotted suffix of another.
+//
+// # Hybrid mode: the upgrade path from stored timeouts
+//
+// Native and stored delays work side by side, so endpoints move one at a time, without a
+// stop:
+//
+//  1. Set up the delay infrastructure once: `timeoutmill native setup --transport amqp://…`,
+//     and check it with `timeoutmill native verify` (exit 0 when every piece is right).
+//  2. Switch a sender to native: publish delayed messages with this package's Publisher
+//     instead of timeouts.Publisher. Its messages wait in the broker and arrive on the
+//     destination queue; the receiving endpoint needs nothing new, even if it only runs the
+//     timeout manager, as long as it consumes with amqptransport (which drops x-death).
+//  3. Keep the endpoint's timeout manager running (timeouts.Manager, or `timeoutmill run`):
+//     it goes on storing what senders not yet switched send to ENDPOINT.Timeouts, and
+//     dispatching the timeouts it stored before the switch, until its store is empty.
+//  4. Either wait for the store to drain, or move what it holds now: `timeoutmill migrate --to
+//     rabbitmq-native --endpoint E --store DSN --transport amqp://…` (see Migration), while the
+//     timeout manager keeps running.
+//  5. Once no sender publishes to ENDPOINT.Timeouts any more and `timeoutmill stats` shows
+//     "pending: 0", turn the timeout manager off. The ENDPOINT.Timeouts and
+//     ENDPOINT.TimeoutsDispatcher queues and the store's table can then be deleted.
+//
+// Cancelling (timeouts.Manager.Cancel, `timeoutmill cancel`) works only on stored timeouts: a
+// message delayed natively, or migrated, cannot be called back.
+//
+// # Migration
+//
+// Migrate (the `timeoutmill migrate` command) moves stored timeouts onto the native delay while
+// timeout managers keep running on the store. It needs a store that implements
+// persistence.Handover (memory, SQLite, PostgreSQL, MariaDB/MySQL).
+//
+// Preflight, before anything changes: the delay infrastructure passes Verify; every
+// destination queue exists (a migration never creates one) and can end a routing key; the
+// latest due time is within MaxDelay. Check runs it alone (--dry-run). Problems stop the
+// migration, unless SkipUnmigratable (--skip-unmigratable) lets it leave the timeouts concerned
+// in the store, for the timeout manager, and list each by id and reason.
+//
+// Then each worker repeats: Hide a batch (the timeout managers' pollers cannot claim it any
+// more; timeouts a poller holds are left to it), send it through the levels with publisher
+// confirms (a past-due timeout is delivered at once; one due in an hour waits an hour in the
+// broker), and Remove the batch once the broker has confirmed it. A migration ends when Hide finds
+// nothing left.
+//
+//   - Killed at any point (kill -9, a crash, a lost connection): the timeouts it hid and did not
+//     remove stay hidden; running the same command again takes them over, after the others, and
+//     sends them. Those of the batches in flight at the kill that the broker had already taken
+//     arrive twice: at most Workers × BatchSize messages. Nothing is lost. Until a rerun, hidden
+//     timeouts are out of the timeout managers' reach.
+//   - Interrupted (SIGINT or SIGTERM, a context cancelled): no new batch starts; the batches in
+//     flight get FinishTimeout to be confirmed and removed; whatever was not confirmed is put back
+//     for the timeout managers, so a later run or the managers deliver it. A message whose
+//     confirm did not come in time may have been taken all the same and then arrives twice.
+//   - A timeout a running manager dispatched while its lease ran out, or that was cancelled,
+//     while the migration sent it, is counted in Result.AlreadyGone: it may arrive twice.
+//
+// Messages keep their id (the message UUID), body and headers, so receivers that deduplicate by
+// message id see any second copy as one.
 package rabbitmq

@@ -18,7 +18,7 @@ import (
 // Defaults of MigrationConfig.
 const (
 	DefaultBatchSize     = 1000
-	DefaultWorkers       = 4
+	DefaultWorkers       = 8
 	DefaultRemovers      = 8
 	DefaultFinishTimeout = 30 * time.Second
 )
@@ -35,9 +35,11 @@ type MigrationConfig struct {
 	Cutoff time.Time
 	// BatchSize is how many timeouts one batch hides, sends and removes. Defaults to 1000.
 	BatchSize int
-	// Workers is how many batches are in flight at once. Defaults to 4.
+	// Workers is how many batches are in flight at once, each on a channel of the Publisher (give
+	// it a ChannelPoolSize of at least Workers). Defaults to 8.
 	Workers int
-	// Removers is how many Remove calls each batch makes at once. Defaults to 8.
+	// Removers is how many Remove calls each batch makes at once, for a store that cannot remove
+	// a whole batch in one RemoveMany call. Defaults to 8.
 	Removers int
 	// SkipUnmigratable lets the migration go ahead when the preflight finds timeouts that cannot
 	// be migrated (a missing or unusable destination, a delay too long); they stay in the store
@@ -262,16 +264,19 @@ func (m *migration) run(ctx context.Context) error {
 // migration knowing it.
 func (m *migration) worker(hiding, work context.Context) error {
 	for hiding.Err() == nil {
-		batch, err := m.handing.Hide(work, time.Now(), m.cfg.cutoff(), m.cfg.BatchSize, m.mark)
+		start := time.Now()
+		batch, err := m.handing.Hide(work, start, m.cfg.cutoff(), m.cfg.BatchSize, m.mark)
 		if err != nil {
 			return fmt.Errorf("rabbitmq: hiding a batch: %w", err)
 		}
 		if len(batch) == 0 {
 			return nil
 		}
+		hidden := time.Since(start)
 		if err := m.migrate(work, batch); err != nil {
 			return err
 		}
+		m.cfg.Logger.Debug("Batch migrated", watermill.LogFields{"timeouts": len(batch), "hide": hidden, "total": time.Since(start)})
 	}
 	return nil
 }
@@ -297,6 +302,7 @@ func (m *migration) migrate(ctx context.Context, batch []persistence.Timeout) er
 		sent = append(sent, t)
 	}
 	results, sendErr := m.cfg.Publisher.Send(ctx, now, sendable)
+	sentAt := time.Now()
 	confirmed := make([]persistence.Timeout, 0, len(sent))
 	for i, t := range sent {
 		switch err := results[i]; {
@@ -312,6 +318,7 @@ func (m *migration) migrate(ctx context.Context, batch []persistence.Timeout) er
 		}
 	}
 	removeErr := m.remove(ctx, confirmed)
+	m.cfg.Logger.Debug("Batch sent and removed", watermill.LogFields{"send": sentAt.Sub(now), "remove": time.Since(sentAt)})
 	if len(unsent) > 0 {
 		n, err := m.handing.Release(context.WithoutCancel(ctx), unsent)
 		m.mu.Lock()
@@ -328,8 +335,34 @@ func (m *migration) migrate(ctx context.Context, batch []persistence.Timeout) er
 	return errors.Join(sendErr, removeErr)
 }
 
-// remove removes the timeouts the broker took, Removers at a time.
+// manyRemover is implemented by stores that remove many timeouts in one round trip (those the
+// satellites batch with); a migration then removes each batch with one call.
+type manyRemover interface {
+	RemoveMany(ctx context.Context, ids []string) ([]string, error)
+}
+
+// remove removes the timeouts the broker took: in one call where the store can, otherwise
+// Removers at a time.
 func (m *migration) remove(ctx context.Context, sent []persistence.Timeout) error {
+	if len(sent) == 0 {
+		return nil
+	}
+	if many, ok := m.cfg.Store.(manyRemover); ok {
+		ids := make([]string, len(sent))
+		for i, t := range sent {
+			ids[i] = t.ID
+		}
+		removed, err := many.RemoveMany(ctx, ids)
+		if err != nil {
+			return m.notRemoved(ids, err)
+		}
+		m.mu.Lock()
+		m.result.Migrated += len(removed)
+		m.result.AlreadyGone += len(ids) - len(removed)
+		m.done += len(ids)
+		m.mu.Unlock()
+		return nil
+	}
 	var (
 		wg      sync.WaitGroup
 		next    = make(chan persistence.Timeout)
@@ -343,19 +376,19 @@ func (m *migration) remove(ctx context.Context, sent []persistence.Timeout) erro
 			defer wg.Done()
 			for t := range next {
 				removed, err := m.cfg.Store.Remove(ctx, t.ID)
-				m.mu.Lock()
-				switch {
-				case err != nil:
+				if err != nil {
 					mu.Lock()
 					failed, lastErr = append(failed, t.ID), err
 					mu.Unlock()
-				case removed:
-					m.result.Migrated++
-					m.done++
-				default:
-					m.result.AlreadyGone++
-					m.done++
+					continue
 				}
+				m.mu.Lock()
+				if removed {
+					m.result.Migrated++
+				} else {
+					m.result.AlreadyGone++
+				}
+				m.done++
 				m.mu.Unlock()
 			}
 		}()
@@ -368,10 +401,15 @@ func (m *migration) remove(ctx context.Context, sent []persistence.Timeout) erro
 	if len(failed) == 0 {
 		return nil
 	}
+	return m.notRemoved(failed, lastErr)
+}
+
+// notRemoved records timeouts sent but not removed; they stay hidden.
+func (m *migration) notRemoved(ids []string, err error) error {
 	m.mu.Lock()
-	m.result.NotRemoved = append(m.result.NotRemoved, failed...)
+	m.result.NotRemoved = append(m.result.NotRemoved, ids...)
 	m.mu.Unlock()
-	return fmt.Errorf("rabbitmq: %d timeout(s) were sent but not removed; they stay hidden and a rerun sends them again: %w", len(failed), lastErr)
+	return fmt.Errorf("rabbitmq: %d timeout(s) were sent but not removed; they stay hidden and a rerun sends them again: %w", len(ids), err)
 }
 
 // destinationProblem says why timeouts cannot be migrated to destination, or "".

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -266,5 +267,60 @@ func TestMigrateTakesOverWhatAStoppedMigrationHid(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 12, res.Preflight.Survey.Hidden)
 	require.Equal(t, 30, res.Migrated)
+	require.Zero(t, f.survey(t).Count)
+}
+
+// seam is persistence.Store under a name that does not hide its Store method when embedded.
+type seam interface{ persistence.Store }
+
+// oneByOne is a store without RemoveMany: the migration removes each timeout with Remove.
+type oneByOne struct {
+	seam
+	persistence.Handover
+}
+
+// batchRemover is a store with RemoveMany, counting its calls.
+type batchRemover struct {
+	seam
+	persistence.Handover
+	calls atomic.Int32
+}
+
+func (b *batchRemover) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
+	b.calls.Add(1)
+	var removed []string
+	for _, id := range ids {
+		ok, err := b.Remove(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			removed = append(removed, id)
+		}
+	}
+	return removed, nil
+}
+
+func TestMigrateRemovesInOneCallWhereTheStoreCanAndOneByOneOtherwise(t *testing.T) {
+	t.Parallel()
+	f := newMigrationFixture(t)
+	now := time.Now()
+	for i := range 40 {
+		f.add(t, fmt.Sprintf("t-%02d", i), f.dest, now.Add(time.Duration(i+1)*time.Hour))
+	}
+	cfg := f.config()
+	cfg.Workers, cfg.BatchSize = 1, 10
+	cfg.Store = oneByOne{seam: f.store, Handover: f.store}
+	cfg.Cutoff = now.Add(20*time.Hour + time.Minute) // t-20 and later
+	res, err := rabbitmq.Migrate(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Equal(t, 20, res.Migrated)
+
+	many := &batchRemover{seam: f.store, Handover: f.store}
+	cfg.Store, cfg.Cutoff = many, time.Time{}
+	res, err = rabbitmq.Migrate(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Equal(t, 20, res.Migrated)
+	require.Equal(t, int32(2), many.calls.Load(), "one RemoveMany per batch")
 	require.Zero(t, f.survey(t).Count)
 }
