@@ -24,7 +24,7 @@ type migrateCmd struct {
 
 	Cutoff           string        `help:"Migrate only timeouts due at or after this time (RFC 3339, or a duration from now such as 24h); earlier ones stay for the timeout manager. Default: all, past-due ones sent at once." placeholder:"T"`
 	Batch            int           `default:"1000" help:"Timeouts hidden, sent and removed per batch."`
-	Workers          int           `default:"4" help:"Batches in flight at once."`
+	Workers          int           `default:"8" help:"Batches in flight at once."`
 	DryRun           bool          `help:"Run the preflight and say what would be migrated; change nothing."`
 	SkipUnmigratable bool          `help:"Go ahead when some timeouts cannot be migrated (missing destination, delay too long); they stay in the store and are listed."`
 	FinishTimeout    time.Duration `default:"30s" help:"On SIGINT/SIGTERM, how long to finish the batches in flight before putting the rest back."`
@@ -45,7 +45,7 @@ func (c *migrateCmd) Run(e *env) error {
 		return err
 	}
 	defer store.Close()
-	pub, err := c.publisher(logger)
+	pub, err := c.publisher(logger, c.Workers)
 	if err != nil {
 		return err
 	}

@@ -54,9 +54,12 @@ func (f nativeFlags) topology() (rabbitmq.Topology, *amqp.Connection, error) {
 	return topo, conn, nil
 }
 
-// publisher opens a native Publisher with the flags' settings.
-func (f nativeFlags) publisher(logger watermill.LoggerAdapter) (*rabbitmq.Publisher, error) {
-	pub, err := rabbitmq.NewPublisher(f.config(), logger)
+// publisher opens a native Publisher with the flags' settings and a channel for each of channels
+// concurrent senders.
+func (f nativeFlags) publisher(logger watermill.LoggerAdapter, channels int) (*rabbitmq.Publisher, error) {
+	cfg := f.config()
+	cfg.ChannelPoolSize = channels
+	pub, err := rabbitmq.NewPublisher(cfg, logger)
 	if err != nil {
 		return nil, connect.RedactError(err, f.Transport)
 	}
