@@ -2,6 +2,7 @@ package acceptance
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"testing"
 	"time"
@@ -65,14 +66,40 @@ func (e *nativeEnv) manager(t *testing.T, endpoint string, store persistence.Sto
 	return manager.Publisher(), stop
 }
 
+// postgresStore opens a store for endpoint in a schema of the test's own.
 func (e *nativeEnv) postgresStore(t *testing.T, endpoint string) persistence.Store {
 	t.Helper()
-	dsn, _ := testenv.PostgresSchema(t)
-	store, err := postgres.Open(context.Background(), postgres.Config{DSN: dsn, Endpoint: endpoint})
+	dsn, schema := testenv.PostgresSchema(t)
+	store, err := postgres.Open(context.Background(), postgres.Config{DSN: dsn, Endpoint: endpoint, Schema: schema})
 	require.NoError(t, err)
 	require.NoError(t, store.SetupInfrastructure(context.Background()))
 	t.Cleanup(func() { _ = store.Close() })
 	return store
+}
+
+// commandStore opens a store for endpoint where the timeoutmill command finds it (the public
+// schema of the test database), and returns the DSN to give the command; the table is dropped
+// when the test ends.
+func (e *nativeEnv) commandStore(t *testing.T, endpoint string) (string, *postgres.Store) {
+	t.Helper()
+	dsn := testenv.PostgresDSN(t)
+	store, err := postgres.Open(context.Background(), postgres.Config{DSN: dsn, Endpoint: endpoint})
+	require.NoError(t, err)
+	require.NoError(t, store.SetupInfrastructure(context.Background()))
+	t.Cleanup(func() {
+		_ = store.Close()
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			return
+		}
+		defer db.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := db.ExecContext(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS public.%q`, endpoint+".timeouts")); err != nil {
+			t.Logf("dropping the table of %s: %v", endpoint, err)
+		}
+	})
+	return dsn, store
 }
 
 // A native sender delays messages for an endpoint that knows nothing of native delays and only

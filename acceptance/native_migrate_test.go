@@ -11,10 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/timeoutmill/timeoutmill/internal/testenv"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 	"github.com/timeoutmill/timeoutmill/persistence"
-	"github.com/timeoutmill/timeoutmill/persistence/postgres"
 )
 
 // seedTimeouts stores n timeouts for dest in store, the i-th due at due(i), from several
@@ -104,11 +102,7 @@ func TestNativeMigrationKilledHalfwayCompletesOnRerun(t *testing.T) {
 	bin := nativeBinary(t)
 	e := newNativeEnv(t)
 	endpoint := e.prefix + ".orders"
-	dsn, _ := testenv.PostgresSchema(t)
-	store, err := postgres.Open(context.Background(), postgres.Config{DSN: dsn, Endpoint: endpoint})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
-	require.NoError(t, store.SetupInfrastructure(context.Background()))
+	dsn, store := e.commandStore(t, endpoint)
 	dest := e.queue(t, "reminders")
 	arrivals := e.receive(t, dest)
 	start := time.Now()
