@@ -198,7 +198,7 @@ func (r *progressReporter) newBar(total int64) *progressbar.ProgressBar {
 		progressbar.OptionSetPredictTime(true),
 		progressbar.OptionSetElapsedTime(true),
 		progressbar.OptionThrottle(200*time.Millisecond),
-		progressbar.OptionFullWidth(),
+		progressbar.OptionSetWidth(30),
 	)
 }
 
@@ -238,7 +238,11 @@ func (r *progressReporter) finish() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.bar != nil {
-		_ = r.bar.Finish()
+		if r.seen.Done >= r.seen.Total {
+			_ = r.bar.Finish()
+		} else {
+			_ = r.bar.Exit() // interrupted: keep what was done
+		}
 		fmt.Fprintln(r.out)
 		return
 	}
