@@ -158,13 +158,14 @@ type Handover interface {
 	// Survey describes the timeouts due at or after from (MinDue for all).
 	Survey(ctx context.Context, from time.Time) (Survey, error)
 
-	// Hide claims, until mark, up to limit timeouts due at or after from that no poller holds at
-	// now: never claimed, their lease over by now, or hidden by an earlier Hide with another mark
-	// (whose caller stopped without removing or releasing them). It takes them in the order they
-	// became claimable, as ClaimDue does (so those hidden before come last), and returns them
-	// whole, earliest due first. mark must be at or after HiddenFrom and kept to the
-	// microsecond; a caller uses one mark for all its Hide calls, so that none returns a timeout
-	// it hid already. Concurrent callers never get the same timeout.
+	// Hide claims, until mark, up to limit timeouts that no poller holds at now: those due at or
+	// after from that were never claimed or whose lease is over by now, and, whatever their due
+	// time, those hidden by an earlier Hide with another mark (whose caller stopped without
+	// removing or releasing them). It takes them in the order they became claimable, as ClaimDue
+	// does (so those hidden before come last), and returns them whole, earliest due first. mark
+	// must be at or after HiddenFrom and kept to the microsecond; a caller uses one mark for all
+	// its Hide calls, so that none returns a timeout it hid already. Concurrent callers never get
+	// the same timeout.
 	Hide(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]Timeout, error)
 
 	// Release makes the timeouts with these ids, which the caller hid, claimable again from their

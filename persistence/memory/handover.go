@@ -52,8 +52,9 @@ func (s *Store) Hide(ctx context.Context, now, from time.Time, limit int, mark t
 	}
 	var eligible []*entry
 	for _, e := range s.byID {
-		free := e.availableAt.Equal(e.timeout.Due) || !e.availableAt.After(now) || e.hidden() && !e.availableAt.Equal(mark)
-		if free && !e.timeout.Due.Before(from) {
+		free := e.availableAt.Equal(e.timeout.Due) || !e.availableAt.After(now)
+		abandoned := e.hidden() && !e.availableAt.Equal(mark)
+		if free && !e.timeout.Due.Before(from) || abandoned {
 			eligible = append(eligible, e)
 		}
 	}

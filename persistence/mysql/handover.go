@@ -30,11 +30,12 @@ func newHandoverQueries(t string) handoverQueries {
 		survey: fmt.Sprintf(`SELECT destination, COUNT(*), MAX(due), SUM(available_at >= ? AND available_at <> due)
 FROM %s WHERE due >= ? GROUP BY destination`, t),
 		// available_at >= ? bounds the index scan: every row due at or after from is claimable
-		// at or after from. Rows a poller holds (leased past now, not hidden) are skipped, and
-		// rows another Hide is taking are skipped as a claim skips them.
+		// at or after from, and a hidden row after HiddenFrom. Rows a poller holds (leased past
+		// now, not hidden) are skipped, and rows another Hide is taking are skipped as a claim
+		// skips them.
 		hideSelect: fmt.Sprintf(`SELECT id, destination, due, owner, payload, metadata, failure_count
 FROM %s FORCE INDEX (available_at)
-WHERE available_at >= ? AND due >= ? AND (available_at = due OR available_at <= ? OR (available_at >= ? AND available_at <> ?))
+WHERE available_at >= ? AND (due >= ? AND (available_at = due OR available_at <= ?) OR available_at >= ? AND available_at <> ?)
 ORDER BY available_at LIMIT ? FOR UPDATE SKIP LOCKED`, t),
 	}
 }

@@ -24,11 +24,12 @@ func newHandoverQueries(t string) handoverQueries {
 		survey: fmt.Sprintf(`SELECT destination, count(*), max(due), count(*) FILTER (WHERE available_at >= $1 AND available_at <> due)
 FROM %s WHERE due >= $2 GROUP BY destination`, t),
 		// available_at >= $2 bounds the index scan: every row due at or after from is claimable
-		// at or after from. Rows a poller holds (leased past now, not hidden) are skipped, and
-		// rows another Hide is taking are skipped as a claim skips them.
+		// at or after from, and a hidden row after HiddenFrom. Rows a poller holds (leased past
+		// now, not hidden) are skipped, and rows another Hide is taking are skipped as a claim
+		// skips them.
 		hide: fmt.Sprintf(`WITH hidden AS (
-	SELECT id FROM %[1]s WHERE available_at >= $2 AND due >= $2
-		AND (available_at = due OR available_at <= $3 OR (available_at >= $4 AND available_at <> $1))
+	SELECT id FROM %[1]s WHERE available_at >= $2
+		AND (due >= $2 AND (available_at = due OR available_at <= $3) OR available_at >= $4 AND available_at <> $1)
 	ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED
 )
 UPDATE %[1]s AS t SET available_at = $1 FROM hidden WHERE t.id = hidden.id

@@ -27,10 +27,11 @@ func newHandoverQueries(t string) handoverQueries {
 		survey: fmt.Sprintf(`SELECT destination, COUNT(*), MAX(due), SUM(CASE WHEN available_at >= ? AND available_at <> due THEN 1 ELSE 0 END)
 FROM %s WHERE due >= ? GROUP BY destination`, t),
 		// available_at >= ? bounds the index scan: every row due at or after from is claimable
-		// at or after from. Rows a poller holds (leased past now, not hidden) are skipped.
+		// at or after from, and a hidden row after HiddenFrom. Rows a poller holds (leased past
+		// now, not hidden) are skipped.
 		hide: fmt.Sprintf(`UPDATE %[1]s SET available_at = ?
-WHERE id IN (SELECT id FROM %[1]s WHERE available_at >= ? AND due >= ?
-	AND (available_at = due OR available_at <= ? OR (available_at >= ? AND available_at <> ?))
+WHERE id IN (SELECT id FROM %[1]s WHERE available_at >= ?
+	AND (due >= ? AND (available_at = due OR available_at <= ?) OR available_at >= ? AND available_at <> ?)
 	ORDER BY available_at LIMIT ?)
 RETURNING id, destination, due, owner, payload, metadata, failure_count`, t),
 		release: `UPDATE ` + t + ` SET available_at = due WHERE id IN (%s)`,

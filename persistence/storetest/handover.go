@@ -144,6 +144,12 @@ func (s suite) testHideTakesOverAnotherMark(t *testing.T) {
 	got, err = h.Hide(ctx, now, persistence.MinDue, 5, mark(5))
 	require.NoError(t, err)
 	require.Empty(t, got)
+
+	// A caller with a later from still takes over what a stopped caller hid, so that it can put
+	// back what it will not hand over; nothing stays hidden for good.
+	got, err = h.Hide(ctx, now, now.Add(2*time.Hour), 5, mark(6))
+	require.NoError(t, err)
+	require.Equal(t, []string{"early", "late"}, idsOf(got))
 }
 
 func (s suite) testReleaseAndSurvey(t *testing.T) {
