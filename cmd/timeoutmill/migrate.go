@@ -137,7 +137,7 @@ func printResult(w io.Writer, res rabbitmq.Result) {
 		fmt.Fprintf(w, "gone:       %d were dispatched or cancelled while being migrated (each may arrive twice)\n", res.AlreadyGone)
 	}
 	if n := res.Released - len(res.Unmigratable); n > 0 {
-		fmt.Fprintf(w, "put back:   %d unsent, left for the timeout manager\n", n)
+		fmt.Fprintf(w, "put back:   %d not sent, left for the timeout manager\n", n)
 	}
 	if len(res.NotRemoved) > 0 {
 		fmt.Fprintf(w, "not removed: %d sent but still hidden in the store (a rerun sends them again): %s\n", len(res.NotRemoved), strings.Join(res.NotRemoved, ", "))

@@ -127,8 +127,9 @@ type Result struct {
 	AlreadyGone int
 	// Unmigratable lists the timeouts left in the store for the timeout manager.
 	Unmigratable []Unmigratable
-	// Released counts hidden timeouts put back unsent (on an interruption or error), including
-	// the unmigratable ones.
+	// Released counts hidden timeouts put back unsent, for the timeout managers: the
+	// unmigratable ones, those not sent because of an interruption or error, and those a stopped
+	// migration had hidden that are due before the cutoff.
 	Released int
 	// NotRemoved lists the ids of timeouts sent but not removed because removing failed: they
 	// stay hidden, and a rerun sends them again.
@@ -288,10 +289,17 @@ func (m *migration) migrate(ctx context.Context, batch []persistence.Timeout) er
 	var (
 		sendable  []Delayed
 		sent      []persistence.Timeout
+		putBack   []string
 		unsent    []string
 		unsentErr error
 	)
 	for _, t := range batch {
+		if t.Due.Before(m.cfg.cutoff()) {
+			// Hidden by a migration that stopped, and due before this one's cutoff: back to the
+			// timeout managers.
+			putBack = append(putBack, t.ID)
+			continue
+		}
 		if reason := m.destinationProblem(ctx, t.Destination); reason != "" {
 			m.unmigratable(t, reason)
 			continue
@@ -319,17 +327,17 @@ func (m *migration) migrate(ctx context.Context, batch []persistence.Timeout) er
 	}
 	removeErr := m.remove(ctx, confirmed)
 	m.cfg.Logger.Debug("Batch sent and removed", watermill.LogFields{"send": sentAt.Sub(now), "remove": time.Since(sentAt)})
-	if len(unsent) > 0 {
-		n, err := m.handing.Release(context.WithoutCancel(ctx), unsent)
+	if back := append(putBack, unsent...); len(back) > 0 {
+		n, err := m.handing.Release(context.WithoutCancel(ctx), back)
 		m.mu.Lock()
 		m.result.Released += n
 		m.mu.Unlock()
 		if err != nil {
-			return errors.Join(sendErr, removeErr, fmt.Errorf("rabbitmq: putting back %d unsent timeout(s): %w", len(unsent), err))
+			return errors.Join(sendErr, removeErr, fmt.Errorf("rabbitmq: putting back %d timeout(s): %w", len(back), err))
 		}
-		if sendErr == nil {
-			sendErr = fmt.Errorf("rabbitmq: the broker did not take %d message(s); their timeouts were put back: %w", len(unsent), unsentErr)
-		}
+	}
+	if len(unsent) > 0 && sendErr == nil {
+		sendErr = fmt.Errorf("rabbitmq: the broker did not take %d message(s); their timeouts were put back: %w", len(unsent), unsentErr)
 	}
 	m.progress()
 	return errors.Join(sendErr, removeErr)

@@ -263,10 +263,20 @@ func TestMigrateTakesOverWhatAStoppedMigrationHid(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, hidden, 12)
 
-	res, err := rabbitmq.Migrate(ctx, f.config())
+	cfg := f.config()
+	cfg.Cutoff = now.Add(5*time.Hour + time.Minute) // t-05 and later; t-00 .. t-04 were hidden
+	res, err := rabbitmq.Migrate(ctx, cfg)
 	require.NoError(t, err)
-	require.Equal(t, 12, res.Preflight.Survey.Hidden)
-	require.Equal(t, 30, res.Migrated)
+	require.Equal(t, 7, res.Preflight.Survey.Hidden, "hidden and due after the cutoff")
+	require.Equal(t, 25, res.Migrated)
+	require.Equal(t, 5, res.Released, "hidden, but due before the cutoff: back to the timeout manager")
+	sv := f.survey(t)
+	require.Equal(t, 5, sv.Count)
+	require.Zero(t, sv.Hidden)
+
+	res, err = rabbitmq.Migrate(ctx, f.config())
+	require.NoError(t, err)
+	require.Equal(t, 5, res.Migrated)
 	require.Zero(t, f.survey(t).Count)
 }
 
