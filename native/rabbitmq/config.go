@@ -56,7 +56,8 @@ type Config struct {
 	// DialTimeout bounds opening a connection. Defaults to 10 s.
 	DialTimeout time.Duration
 
-	// Reconnect paces reconnection after the connection was lost. Defaults to amqptransport's.
+	// Reconnect paces reconnection after a connection was lost. Defaults to amqptransport's
+	// pace: a first attempt after 0.5 s, then 1.5 times longer each time, at most 5 s apart.
 	Reconnect *wamqp.ReconnectConfig
 }
 
@@ -75,6 +76,14 @@ func (c *Config) setDefaults() {
 	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.Reconnect == nil {
+		c.Reconnect = &wamqp.ReconnectConfig{
+			BackoffInitialInterval:     500 * time.Millisecond,
+			BackoffRandomizationFactor: 0.5,
+			BackoffMultiplier:          1.5,
+			BackoffMaxInterval:         5 * time.Second,
+		}
 	}
 }
 
