@@ -191,7 +191,8 @@ func newMark() (time.Time, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return time.Time{}, fmt.Errorf("rabbitmq: choosing a mark: %w", err)
 	}
-	span := persistence.MaxDue.Sub(persistence.HiddenFrom) - 24*time.Hour // within the range every store keeps
+	// Within the century after HiddenFrom: well inside the range every store keeps.
+	const span = 100 * 365 * 24 * time.Hour
 	offset := time.Duration(binary.BigEndian.Uint64(b[:]) % uint64(span/time.Microsecond))
 	return persistence.HiddenFrom.Add(offset * time.Microsecond), nil
 }
