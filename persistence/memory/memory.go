@@ -64,8 +64,13 @@ func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) 
 		return false, err
 	}
 	defer s.mu.Unlock()
+	return s.insert(t), nil
+}
+
+// insert keeps a copy of t unless its id is stored already; the caller holds s.mu.
+func (s *Store) insert(t persistence.Timeout) bool {
 	if _, ok := s.byID[t.ID]; ok {
-		return false, nil
+		return false
 	}
 	t = clone(t)
 	t.Due = t.Due.UTC()
@@ -78,7 +83,7 @@ func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) 
 		}
 		s.byOwner[t.Owner][t.ID] = struct{}{}
 	}
-	return true, nil
+	return true
 }
 
 // Next returns when the earliest timeout becomes claimable.
