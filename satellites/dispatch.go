@@ -51,6 +51,11 @@ type DispatchConfig struct {
 	Forwarder Forwarder
 	// OnDispatched is told of each timeout delivered and when. Optional (metrics use it).
 	OnDispatched func(t persistence.Timeout, deliveredAt time.Time)
+	// MaxBatch bounds how many due timeouts are dispatched together when Store is a BatchStore
+	// and several dispatcher messages are handled at once (a subscriber with several consumers,
+	// or Watermill's GoChannel, which hands messages over without waiting for acks). Defaults to
+	// DefaultMaxBatch; 1 dispatches each message alone. A Forwarder dispatches each alone.
+	MaxBatch int
 }
 
 // Validate reports the first missing or impossible setting.
@@ -69,6 +74,8 @@ func (c DispatchConfig) Validate() error {
 		return fmt.Errorf("%w: dispatch satellite needs a Breaker", ErrInvalidConfig)
 	case c.NumberOfRetries < 0:
 		return fmt.Errorf("%w: NumberOfRetries must not be negative, got %d", ErrInvalidConfig, c.NumberOfRetries)
+	case c.MaxBatch < 0:
+		return fmt.Errorf("%w: MaxBatch must not be negative, got %d", ErrInvalidConfig, c.MaxBatch)
 	}
 	return nil
 }
@@ -78,9 +85,10 @@ func (c DispatchConfig) Validate() error {
 // headers, less the routing headers), then removes it. Delivery is at least once: a crash between
 // forward and remove forwards the message again.
 type Dispatch struct {
-	cfg    DispatchConfig
-	queue  string
-	logger watermill.LoggerAdapter
+	cfg     DispatchConfig
+	queue   string
+	logger  watermill.LoggerAdapter
+	batcher *batcher[due] // nil: each message alone
 }
 
 var _ Satellite = (*Dispatch)(nil)
@@ -90,8 +98,15 @@ func NewDispatch(cfg DispatchConfig, logger watermill.LoggerAdapter) (*Dispatch,
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
 	queue := wire.DispatcherQueue(cfg.Endpoint)
-	return &Dispatch{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue})}, nil
+	d := &Dispatch{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue})}
+	if store, ok := cfg.Store.(BatchStore); ok && cfg.Forwarder == nil && cfg.MaxBatch > 1 {
+		d.batcher = &batcher[due]{max: cfg.MaxBatch, handle: func(batch []*request[due]) { d.dispatchBatch(store, batch) }}
+	}
+	return d, nil
 }
 
 // Name is the router handler's name.
@@ -102,11 +117,19 @@ func (d *Dispatch) Queue() string { return d.queue }
 
 // Handle dispatches the timeout whose id msg carries.
 func (d *Dispatch) Handle(msg *message.Message) error {
-	ctx := messageContext(msg)
 	id, err := dispatcherqueue.Decode(msg)
 	if err != nil {
 		return d.cfg.ErrorQueue.Send(msg, recoverability.Failure{Reason: err.Error(), Queue: d.queue, Handler: d.Name()})
 	}
+	if d.batcher != nil {
+		return d.batcher.do(due{msg: msg, id: id})
+	}
+	return d.handleOne(msg, id)
+}
+
+// handleOne dispatches the timeout with that id by itself: Peek, forward, Remove.
+func (d *Dispatch) handleOne(msg *message.Message, id string) error {
+	ctx := messageContext(msg)
 	t, err := d.cfg.Store.Peek(ctx, id)
 	if errors.Is(err, persistence.ErrNotFound) {
 		d.logger.Debug("Timeout already dispatched or cancelled", watermill.LogFields{"timeout_id": id})

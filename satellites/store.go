@@ -27,6 +27,10 @@ type StoreConfig struct {
 	// OnStored is told the due time of each newly stored timeout, so the poller can wake early.
 	// Optional.
 	OnStored func(due time.Time)
+	// MaxBatch bounds how many delayed messages are stored together when Store is a BatchStore
+	// and several are handled at once (a subscriber with several consumers, or Watermill's
+	// GoChannel). Defaults to DefaultMaxBatch; 1 stores each message alone.
+	MaxBatch int
 }
 
 // Validate reports the first missing setting.
@@ -41,6 +45,8 @@ func (c StoreConfig) Validate() error {
 		return fmt.Errorf("%w: store satellite needs an ErrorQueue", ErrInvalidConfig)
 	case c.Breaker == nil:
 		return fmt.Errorf("%w: store satellite needs a Breaker", ErrInvalidConfig)
+	case c.MaxBatch < 0:
+		return fmt.Errorf("%w: MaxBatch must not be negative, got %d", ErrInvalidConfig, c.MaxBatch)
 	}
 	return nil
 }
@@ -49,9 +55,10 @@ func (c StoreConfig) Validate() error {
 // persists it idempotently by message UUID, and acks only after the store committed. A message
 // that can never be stored goes to the error queue with a failure reason.
 type Store struct {
-	cfg    StoreConfig
-	queue  string
-	logger watermill.LoggerAdapter
+	cfg     StoreConfig
+	queue   string
+	logger  watermill.LoggerAdapter
+	batcher *batcher[delayed] // nil: each message alone
 }
 
 var _ Satellite = (*Store)(nil)
@@ -61,8 +68,15 @@ func NewStore(cfg StoreConfig, logger watermill.LoggerAdapter) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
 	queue := wire.TimeoutsQueue(cfg.Endpoint)
-	return &Store{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue})}, nil
+	s := &Store{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue})}
+	if store, ok := cfg.Store.(BatchStore); ok && cfg.MaxBatch > 1 {
+		s.batcher = &batcher[delayed]{max: cfg.MaxBatch, handle: func(batch []*request[delayed]) { s.storeBatch(store, batch) }}
+	}
+	return s, nil
 }
 
 // Name is the router handler's name.
@@ -73,11 +87,19 @@ func (s *Store) Queue() string { return s.queue }
 
 // Handle stores one delayed message.
 func (s *Store) Handle(msg *message.Message) error {
-	ctx := messageContext(msg)
 	t, err := s.timeoutOf(msg)
 	if err != nil {
 		return s.reject(msg, err.Error())
 	}
+	if s.batcher != nil {
+		return s.batcher.do(delayed{msg: msg, t: t})
+	}
+	return s.storeOne(msg, t)
+}
+
+// storeOne stores one timeout read from msg by itself.
+func (s *Store) storeOne(msg *message.Message, t persistence.Timeout) error {
+	ctx := messageContext(msg)
 	inserted, err := s.cfg.Store.Store(ctx, t)
 	if errors.Is(err, persistence.ErrInvalidTimeout) {
 		return s.reject(msg, err.Error())

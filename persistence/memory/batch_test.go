@@ -12,7 +12,11 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
+	"github.com/timeoutmill/timeoutmill/satellites"
 )
+
+// The dispatch satellite dispatches in batches on this store.
+var _ satellites.BatchStore = (*memory.Store)(nil)
 
 func TestPeekManyAndRemoveMany(t *testing.T) {
 	t.Parallel()

@@ -13,7 +13,11 @@ import (
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/postgres"
+	"github.com/timeoutmill/timeoutmill/satellites"
 )
+
+// The dispatch satellite dispatches in batches on this store.
+var _ satellites.BatchStore = (*postgres.Store)(nil)
 
 func TestPeekManyAndRemoveMany(t *testing.T) {
 	t.Parallel()
