@@ -17,7 +17,7 @@ import (
 const (
 	// satelliteConsumers is amqptransport.Config.Consumers of the timeout manager's queues: the
 	// satellites need no order, so they handle several messages at once.
-	satelliteConsumers = 64
+	satelliteConsumers = 256
 	// receiverConsumers and receiverPrefetch make the destination's consumer (the application)
 	// fast enough not to be what is measured.
 	receiverConsumers = 4
