@@ -11,12 +11,10 @@ import (
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
-// forwardInFlightCut is how many forwards a SIGTERM may leave without their remove: the dispatch
-// satellite publishes with the dispatcher message's context, which the router cancels at
-// shutdown, so a forward waiting for its publisher confirm fails although the broker may have the
-// message; its timeout stays stored (its failure count raised) and it is forwarded again after
-// the restart. It should be 0 once forwards finish during shutdown as removes already do.
-const forwardInFlightCut = 1
+// forwardInFlightCut is how many forwards a SIGTERM may leave without their remove. A forward
+// once started, and the remove after it, run to their end during shutdown (the dispatch
+// satellite detaches them from the message context the router cancels), so none.
+const forwardInFlightCut = 0
 
 // TestFaultSIGTERMDuringDispatch stops `timeoutmill run` with SIGTERM while it dispatches a
 // backlog: it exits 0 within its close timeout, every message it forwarded has left the store
@@ -64,9 +62,7 @@ func TestFaultSIGTERMDuringDispatch(t *testing.T) {
 	require.Equal(t, 0, code, "a clean stop:\n%s", first.tail(20))
 	require.LessOrEqual(t, stopTook, closeTimeout+5*time.Second, "in-flight work finishes within the close timeout")
 	require.GreaterOrEqual(t, delivered+len(stored)+queued, count, "nothing lost")
-	// One consumer per satellite: at most the one forward in flight is cut short. (The forward's
-	// wait for its publisher confirm is cancelled by the shutdown today; see forwardInFlightCut.)
-	require.LessOrEqual(t, unfinished, forwardInFlightCut, "at most the forward in flight is left unfinished")
+	require.LessOrEqual(t, unfinished, forwardInFlightCut, "forwards in flight finish with their remove")
 
 	second := startService(t, "sigterm-2", args...)
 	restarted := time.Now()
@@ -78,7 +74,7 @@ func TestFaultSIGTERMDuringDispatch(t *testing.T) {
 	faultLog(t, "%s (error queue %d); all delivered %s after the restart, store drained %s later",
 		f, errs.distinct(), allAt.Sub(restarted).Round(time.Millisecond), drain.Round(time.Millisecond))
 	requireNoneLost(t, f)
-	require.LessOrEqual(t, f.duplicated, forwardInFlightCut, "a clean stop duplicates at most the forward it cut short: %v", f.duplicatedIDs)
+	require.LessOrEqual(t, f.duplicated, forwardInFlightCut, "a clean stop duplicates nothing: %v", f.duplicatedIDs)
 	require.Zero(t, errs.distinct(), "a clean stop sends nothing to the error queue")
 
 	second.signal(t, sigterm)

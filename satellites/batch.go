@@ -250,6 +250,9 @@ func (d *Dispatch) dispatchBatch(store BatchStore, batch []*request[due]) {
 		byID[t.ID] = t
 	}
 
+	// Once started, forwards run to their end even while the router shuts down (see handleOne).
+	fwdCtx, cancel := context.WithTimeout(context.WithoutCancel(messageContext(first[0].item.msg)), afterForwardTimeout)
+	defer cancel()
 	byDestination := map[string][]forward{}
 	var destinations []string
 	for _, r := range first {
@@ -261,7 +264,7 @@ func (d *Dispatch) dispatchBatch(store BatchStore, batch []*request[due]) {
 		}
 		out := message.NewMessage(t.ID, t.Payload)
 		out.Metadata = withoutRoutingHeaders(t.Metadata, wire.IsRoutingHeader)
-		out.SetContext(messageContext(r.item.msg))
+		out.SetContext(fwdCtx)
 		if _, ok := byDestination[t.Destination]; !ok {
 			destinations = append(destinations, t.Destination)
 		}

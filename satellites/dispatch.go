@@ -145,7 +145,11 @@ func (d *Dispatch) handleOne(msg *message.Message, id string) error {
 
 	out := message.NewMessage(t.ID, t.Payload)
 	out.Metadata = withoutRoutingHeaders(t.Metadata, wire.IsRoutingHeader)
-	out.SetContext(ctx)
+	// Once started, a forward runs to its end even while the router shuts down (which cancels
+	// message contexts): cut short after the broker took the message, it would be sent again.
+	fwdCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterForwardTimeout)
+	defer cancel()
+	out.SetContext(fwdCtx)
 	if d.cfg.Forwarder != nil {
 		return d.forwardAndRemove(msg, t, out)
 	}
@@ -210,6 +214,8 @@ func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, ou
 	}
 	reason := fmt.Sprintf("forwarding to %q failed after %s: %v", t.Destination, plural(attempts, "attempt"), cause)
 	if err := d.cfg.ErrorQueue.Send(out, recoverability.Failure{Reason: reason, Queue: d.queue, Handler: d.Name(), Attempts: attempts}); err != nil {
+		// The broker is likely down for both: retry at the breaker's pace, not at once.
+		d.cfg.Breaker.Failure(ctx, err)
 		return err
 	}
 	d.remove(msg, t.ID)
@@ -231,9 +237,6 @@ func (d *Dispatch) unreadable(msg *message.Message, id string, cause error) erro
 	return nil
 }
 
-// removeAttempts bounds how often remove retries a failing store before giving up.
-const removeAttempts = 3
-
 // afterForwardTimeout bounds the store calls that follow a forward attempt (recording a failure,
 // removing the timeout). They run to the end even when the message's context is cancelled by a
 // shutdown: the forward already happened, or failed, and the store must learn of it.
@@ -249,7 +252,7 @@ func (d *Dispatch) remove(msg *message.Message, id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(messageContext(msg)), afterForwardTimeout)
 	defer cancel()
 	fields := watermill.LogFields{"timeout_id": id}
-	for attempt := 1; ; attempt++ {
+	for {
 		removed, err := d.cfg.Store.Remove(ctx, id)
 		switch {
 		case err == nil && !removed:
@@ -257,7 +260,7 @@ func (d *Dispatch) remove(msg *message.Message, id string) {
 			return
 		case err == nil:
 			return
-		case attempt == removeAttempts || ctx.Err() != nil:
+		case ctx.Err() != nil:
 			d.logger.Error("Removing dispatched timeout failed; it will be delivered again when its claim expires", err, fields)
 			return
 		}

@@ -79,7 +79,7 @@ func (p *poller) poll(ctx context.Context) (next time.Time, ok bool) {
 	}
 	p.fetch.Success()
 	if len(ids) > 0 {
-		if err := p.announcer.PublishDue(ctx, ids); err != nil {
+		if err := p.announce(ctx, ids); err != nil {
 			if ctx.Err() == nil {
 				p.logger.Error("Announcing due timeouts failed; they are claimed again when their lease runs out", err,
 					watermill.LogFields{"count": len(ids), "lease": p.lease})
@@ -128,4 +128,15 @@ func (p *poller) setPlanned(at time.Time) {
 	p.mu.Lock()
 	p.plannedWake = at
 	p.mu.Unlock()
+}
+
+// announceTimeout bounds announcing a claimed batch.
+const announceTimeout = 30 * time.Second
+
+// announce publishes claimed ids to the dispatcher queue. It finishes even when ctx is cancelled
+// by a shutdown: ids claimed but not announced would wait for their lease to run out.
+func (p *poller) announce(ctx context.Context, ids []string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), announceTimeout)
+	defer cancel()
+	return p.announcer.PublishDue(ctx, ids)
 }
