@@ -236,8 +236,8 @@ func deadLetterPath(quorum bool) func(ctx context.Context, env Env, plan Plan) (
 			Counted:     true, Lost: n - unique, Duplicated: dups,
 			Notes: []string{"per-message TTL, all expiring at one instant; drain = messages ÷ (last arrival − expiry)"},
 		}
-		if published > time.Until(due) {
-			r.Notes = append(r.Notes, "published only after the expiry")
+		if start.Add(published).After(due) {
+			r.Notes = append(r.Notes, "published only after the expiry: drain includes publishing")
 		}
 		if unique > 0 && last.After(due) {
 			r.DrainRate = float64(unique) / last.Sub(due).Seconds()

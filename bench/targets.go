@@ -142,7 +142,8 @@ func Targets(results []Result) []Target {
 		storeT.Measured = fmt.Sprintf("%s/s empty, %s/s at %s pending (%+.0f %%)", rate(s0), rate(s1), count(int(large.Figures["pending"])), 100*(s1-s0)/s0)
 		storeT.Met = verdict(s1 >= 0.9*s0)
 		p50, worst := large.Figures["claim_p50_ms"], large.Figures["claim_max_ms"]
-		claimT.Measured = fmt.Sprintf("p50 %.1f ms, max %.1f ms (empty store: p50 %.1f ms)", p50, worst, small.Figures["claim_p50_ms"])
+		claimT.Measured = fmt.Sprintf("claim of %d due ids: p50 %.1f ms, max %.1f ms (empty store: p50 %.1f ms); poll with nothing due: p50 %.2f ms (empty store: %.2f ms)",
+			scaleClaimBatch, p50, worst, small.Figures["claim_p50_ms"], large.Figures["poll_p50_ms"], small.Figures["poll_p50_ms"])
 		claimT.Met = verdict(p50 <= 5)
 		m0, m1 := small.Figures["rss_mib"], large.Figures["rss_mib"]
 		memT.Measured = fmt.Sprintf("peak RSS %.1f MiB empty, %.1f MiB at %s pending", m0, m1, count(int(large.Figures["pending"])))
