@@ -264,9 +264,18 @@ func (d *Dispatch) remove(msg *message.Message, id string) {
 			d.logger.Error("Removing dispatched timeout failed; it will be delivered again when its claim expires", err, fields)
 			return
 		}
-		d.cfg.Breaker.Failure(ctx, err)
+		// Paced, but not counted against the dispatch breaker: its wait is as long as these
+		// retries, so a store refusing only deletes would stop the endpoint. A real outage trips
+		// the fetch breaker through the poller.
+		select {
+		case <-ctx.Done():
+		case <-time.After(removeRetryDelay):
+		}
 	}
 }
+
+// removeRetryDelay paces remove's retries.
+const removeRetryDelay = time.Second
 
 func plural(n int, word string) string {
 	if n == 1 {
