@@ -119,17 +119,10 @@ func (w workload) backlog(ctx context.Context, n int) Result {
 
 	// How long storing n takes decides the due time: measured on a pilot where the system can
 	// tell what it holds, guessed where it holds a message once Publish returned.
-	storeRate := w.sys.StoreRate
-	base := 0
-	if w.rig.Pending != nil {
-		var err error
-		if storeRate, base, err = w.pilot(ctx, max(200, n/10)); err != nil {
-			r.NotRun = "pilot: " + err.Error()
-			return r
-		}
-	}
-	if storeRate <= 0 {
-		storeRate = 1000
+	storeRate, base, err := w.pilot(ctx, max(200, n/10))
+	if err != nil {
+		r.NotRun = "pilot: " + err.Error()
+		return r
 	}
 	margin := 2*time.Second + time.Duration(1.3*float64(n)/storeRate*float64(time.Second))
 	// A whole second: the peer keeps due times in whole seconds, and would otherwise deliver the
@@ -179,14 +172,19 @@ func (w workload) backlog(ctx context.Context, n int) Result {
 	return r
 }
 
-// pilot stores k messages due in an hour (they are dropped with the rig, never delivered) the way
-// the backlog will, and returns the rate they were stored at and how many the system then holds.
+// pilot measures how fast the system takes k messages, the way the backlog will send them. Where
+// it can tell what it holds, they are due in an hour (dropped with the rig, never delivered) and
+// the rate is that of storing them; otherwise they are due at once (delivered and ignored) and the
+// rate is that of publishing them. It returns the rate and how many the system then holds.
 func (w workload) pilot(ctx context.Context, k int) (storeRate float64, holding int, err error) {
-	before, err := w.rig.Pending(ctx)
-	if err != nil {
-		return 0, 0, err
+	due := time.Now()
+	before := 0
+	if w.rig.Pending != nil {
+		if before, err = w.rig.Pending(ctx); err != nil {
+			return 0, 0, err
+		}
+		due = due.Add(time.Hour)
 	}
-	due := time.Now().Add(time.Hour)
 	msgs := make([]*message.Message, k)
 	for i := range msgs {
 		msgs[i] = w.message("pilot", i, due)
@@ -194,6 +192,9 @@ func (w workload) pilot(ctx context.Context, k int) (storeRate float64, holding 
 	start := time.Now()
 	if _, err := publishChunks(msgs, 8, 100, func(ms []*message.Message) error { return w.rig.Publish(w.dest, ms...) }); err != nil {
 		return 0, 0, err
+	}
+	if w.rig.Pending == nil {
+		return float64(k) / time.Since(start).Seconds(), 0, nil
 	}
 	at, ok := w.waitStored(ctx, before+k, start.Add(2*time.Minute))
 	if !ok {

@@ -16,9 +16,8 @@ const nativePrefix = "timeoutbench"
 // other (native/rabbitmq), with its default quorum queues.
 func nativeRabbitMQ() System {
 	return System{
-		Name:      "RabbitMQ native (28 levels)",
-		Needs:     []string{"rabbitmq"},
-		StoreRate: 8000,
+		Name:  "RabbitMQ native (28 levels)",
+		Needs: []string{"rabbitmq"},
 		Open: func(ctx context.Context, env Env, dest string) (*Rig, error) {
 			closers := cleanup{func() error { return deleteQueues(env.AMQPURL, dest) }}
 			fail := func(err error) (*Rig, error) { return nil, errors.Join(err, closers.run()) }

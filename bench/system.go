@@ -59,10 +59,6 @@ type System struct {
 	Needs []string
 	// SQL systems move every message through SQL tables and get Plan.BacklogSQL.
 	SQL bool
-	// StoreRate is a rough guess of how many delayed messages a second a system without
-	// Rig.Pending takes, so that a backlog's due time leaves time to send them all first. Systems
-	// that can tell what they hold are measured on a pilot instead.
-	StoreRate float64
 	// Open sets the system up to deliver to the queue or topic named destination.
 	Open func(ctx context.Context, env Env, destination string) (*Rig, error)
 	// Missing, when set, says which building block has not landed: the rows say so.
