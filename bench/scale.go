@@ -41,40 +41,118 @@ const (
 
 // runScale measures the PostgreSQL store and the timeoutmill service with an empty store and with
 // Plan.ScalePending timeouts pending: the rate at which the service stores delayed messages, the
-// time of one claim of due ids, and the service's peak resident memory.
+// time of one claim of due ids and of an idle poll, and the service's peak resident memory. The
+// two stores (two endpoints) are measured in turns, claim by claim and round by round, so that a
+// change in the machine's load touches both alike.
 func runScale(ctx context.Context, env Env, plan Plan) ([]Result, error) {
 	if env.Timeoutmill == "" {
 		return nil, errors.New("no timeoutmill binary to run as the service (-timeoutmill)")
 	}
-	s, err := newScale(ctx, env)
-	if err != nil {
-		return nil, err
-	}
+	var sides []*scale
 	defer func() {
-		if err := s.close(); err != nil {
-			env.logger().Error("Cleaning up after the scale scenario failed", err, nil)
+		for _, s := range sides {
+			if err := s.close(); err != nil {
+				env.logger().Error("Cleaning up after the scale scenario failed", err, nil)
+			}
 		}
 	}()
+	for range 2 {
+		s, err := newScale(ctx, env)
+		if err != nil {
+			return nil, err
+		}
+		sides = append(sides, s)
+	}
+	empty, full := sides[0], sides[1]
 
-	small, err := s.phase(ctx, plan, 0)
-	if err != nil {
-		return nil, fmt.Errorf("with an empty store: %w", err)
-	}
-	progress(env, "      filling the store with %s timeouts", count(plan.ScalePending))
-	if err := s.truncate(ctx); err != nil {
-		return nil, err
-	}
+	progress(env, "      filling a store with %s timeouts", count(plan.ScalePending))
 	start := time.Now()
-	if err := s.fill(ctx, plan.ScalePending); err != nil {
+	if err := full.fill(ctx, plan.ScalePending); err != nil {
 		return nil, err
 	}
 	filled := time.Since(start)
-	large, err := s.phase(ctx, plan, plan.ScalePending)
-	if err != nil {
-		return nil, fmt.Errorf("with %s pending: %w", count(plan.ScalePending), err)
+	// Claims need due ids: give the empty store as many as the full one has, then empty it.
+	if err := empty.fill(ctx, scaleDueRows); err != nil {
+		return nil, err
 	}
-	large.Notes = append(large.Notes, fmt.Sprintf("filled by SQL in %s", filled.Round(time.Second)))
-	return []Result{small, large}, nil
+	claims, polls, err := timeClaims(ctx, sides)
+	if err != nil {
+		return nil, err
+	}
+	if err := empty.truncate(ctx); err != nil {
+		return nil, err
+	}
+
+	var services []*service
+	defer func() {
+		for _, svc := range services {
+			_ = svc.stop()
+		}
+	}()
+	for _, s := range sides {
+		svc, err := s.startService(ctx)
+		if err != nil {
+			return nil, err
+		}
+		services = append(services, svc)
+	}
+	rates := make([][]float64, len(sides))
+	for range scaleRounds {
+		for i, s := range sides {
+			rate, err := s.storeRate(ctx, plan.ScaleStores/scaleRounds)
+			if err != nil {
+				return nil, err
+			}
+			rates[i] = append(rates[i], rate)
+		}
+	}
+	var results []Result
+	for i, s := range sides {
+		hwm, rss, err := services[i].memory()
+		if err != nil {
+			return nil, err
+		}
+		pending := 0
+		if s == full {
+			pending = plan.ScalePending
+		}
+		results = append(results, scaleResult(plan, pending, claims[i], polls[i], rates[i], hwm, rss))
+	}
+	for _, svc := range services {
+		if err := svc.stop(); err != nil {
+			return nil, err
+		}
+	}
+	services = nil
+	results[1].Notes = append(results[1].Notes, fmt.Sprintf("filled by SQL in %s", filled.Round(time.Second)))
+	return results, nil
+}
+
+// scaleResult is the row of one store.
+func scaleResult(plan Plan, pending int, claims, polls []time.Duration, rates []float64, hwm, rss int) Result {
+	slices.Sort(claims)
+	slices.Sort(polls)
+	slices.Sort(rates)
+	r := Result{
+		System: fmt.Sprintf("PostgreSQL store, %s pending", count(pending)), Kind: KindScale,
+		Messages: plan.ScaleStores, PublishRate: rates[len(rates)/2],
+		Figures: map[string]float64{
+			"pending":      float64(pending),
+			"store":        rates[len(rates)/2],
+			"claim_p50_ms": float64(claims[len(claims)/2]) / float64(time.Millisecond),
+			"claim_max_ms": float64(claims[len(claims)-1]) / float64(time.Millisecond),
+			"poll_p50_ms":  float64(polls[len(polls)/2]) / float64(time.Millisecond),
+			"rss_mib":      float64(hwm) / 1024,
+		},
+	}
+	r.Notes = append(r.Notes,
+		fmt.Sprintf("publish/s = the service's store rate, median of %d rounds of %d delayed messages via RabbitMQ (%s–%s/s)",
+			len(rates), plan.ScaleStores/scaleRounds, rate(rates[0]), rate(rates[len(rates)-1])),
+		fmt.Sprintf("one claim of %d due ids: p50 %s ms, max %s ms (%d claims after %d to warm up)",
+			scaleClaimBatch, millis(claims[len(claims)/2]), millis(claims[len(claims)-1]), len(claims), scaleWarmUp),
+		fmt.Sprintf("poll with nothing due (claim + next): p50 %s ms", millis(polls[len(polls)/2])),
+		fmt.Sprintf("service peak RSS %.1f MiB (%.1f MiB at the end)", float64(hwm)/1024, float64(rss)/1024))
+	return r
 }
 
 // scale is the scenario's endpoint, store and broker.
@@ -156,101 +234,59 @@ LATERAL (SELECT CASE WHEN g <= $4 THEN now() - interval '1 hour' + g * interval 
 	return nil
 }
 
-// phase measures the store as it is (pending timeouts already in it): one claim of due ids, one
-// idle poll, then the service's store rate, in scaleRounds rounds, and its peak resident memory.
-func (s *scale) phase(ctx context.Context, plan Plan, pending int) (Result, error) {
-	name := fmt.Sprintf("PostgreSQL store, %s pending", count(pending))
-	r := Result{System: name, Kind: KindScale, Messages: plan.ScaleStores, Figures: map[string]float64{"pending": float64(pending)}}
-
-	if pending == 0 {
-		// Claims need due ids: give the empty store as many as the full one has.
-		if err := s.fill(ctx, scaleDueRows); err != nil {
-			return r, err
+// timeClaims claims due ids from each side in turn, timing each claim after scaleWarmUp untimed
+// ones, until none is due, then times scaleClaims polls on each that find nothing due (ClaimDue
+// and Next, as the poller does). The claimed ids stay leased for an hour, out of the services' way.
+func timeClaims(ctx context.Context, sides []*scale) (claims, polls [][]time.Duration, err error) {
+	claims = make([][]time.Duration, len(sides))
+	polls = make([][]time.Duration, len(sides))
+	done := make([]bool, len(sides))
+	for round := 0; ; round++ {
+		active := false
+		for i, s := range sides {
+			if done[i] {
+				continue
+			}
+			start := time.Now()
+			ids, err := s.store.ClaimDue(ctx, start, scaleClaimBatch, time.Hour)
+			d := time.Since(start)
+			if err != nil {
+				return nil, nil, fmt.Errorf("claiming: %w", err)
+			}
+			if len(ids) == 0 {
+				done[i] = true
+				continue
+			}
+			active = true
+			if round >= scaleWarmUp {
+				claims[i] = append(claims[i], d)
+			}
 		}
-	}
-	claims, polls, err := s.timeClaims(ctx)
-	if err != nil {
-		return r, err
-	}
-	if pending == 0 {
-		if err := s.truncate(ctx); err != nil {
-			return r, err
-		}
-	}
-
-	svc, err := s.startService(ctx)
-	if err != nil {
-		return r, err
-	}
-	var rates []float64
-	var storeErr error
-	for range scaleRounds {
-		rate, err := s.storeRate(ctx, plan.ScaleStores/scaleRounds)
-		if err != nil {
-			storeErr = err
+		if !active {
 			break
 		}
-		rates = append(rates, rate)
-	}
-	hwm, rss, memErr := svc.memory()
-	stopErr := svc.stop()
-	if err := errors.Join(storeErr, memErr, stopErr); err != nil {
-		return r, err
-	}
-	slices.Sort(rates)
-	r.PublishRate = rates[len(rates)/2]
-	r.Figures["store"] = r.PublishRate
-	r.Figures["claim_p50_ms"] = float64(claims[len(claims)/2]) / float64(time.Millisecond)
-	r.Figures["claim_max_ms"] = float64(claims[len(claims)-1]) / float64(time.Millisecond)
-	r.Figures["poll_p50_ms"] = float64(polls[len(polls)/2]) / float64(time.Millisecond)
-	r.Figures["rss_mib"] = float64(hwm) / 1024
-	r.Notes = append(r.Notes,
-		fmt.Sprintf("publish/s = the service's store rate, median of %d rounds of %d delayed messages via RabbitMQ (%s–%s/s)",
-			len(rates), plan.ScaleStores/scaleRounds, rate(rates[0]), rate(rates[len(rates)-1])),
-		fmt.Sprintf("one claim of %d due ids: p50 %s ms, max %s ms (%d claims after %d to warm up)",
-			scaleClaimBatch, millis(claims[len(claims)/2]), millis(claims[len(claims)-1]), len(claims), scaleWarmUp),
-		fmt.Sprintf("poll with nothing due (claim + next): p50 %s ms", millis(polls[len(polls)/2])),
-		fmt.Sprintf("service peak RSS %.1f MiB (%.1f MiB at the end)", float64(hwm)/1024, float64(rss)/1024))
-	return r, nil
-}
-
-// timeClaims times claims of due ids, after scaleWarmUp untimed ones, until none is due, then
-// scaleClaims polls that find nothing due (ClaimDue and Next, as the poller does), each sorted.
-// The claimed ids stay leased for an hour, out of the service's way.
-func (s *scale) timeClaims(ctx context.Context) (claims, polls []time.Duration, err error) {
-	for i := 0; ; i++ {
-		start := time.Now()
-		ids, err := s.store.ClaimDue(ctx, start, scaleClaimBatch, time.Hour)
-		d := time.Since(start)
-		if err != nil {
-			return nil, nil, fmt.Errorf("claiming: %w", err)
-		}
-		if len(ids) == 0 {
-			break
-		}
-		if i >= scaleWarmUp {
-			claims = append(claims, d)
-		}
-	}
-	if len(claims) == 0 {
-		return nil, nil, errors.New("no due timeouts to claim")
 	}
 	for range scaleClaims {
-		start := time.Now()
-		ids, err := s.store.ClaimDue(ctx, start, scaleClaimBatch, time.Hour)
-		if err == nil {
-			_, _, err = s.store.Next(ctx)
+		for i, s := range sides {
+			start := time.Now()
+			ids, err := s.store.ClaimDue(ctx, start, scaleClaimBatch, time.Hour)
+			if err == nil {
+				_, _, err = s.store.Next(ctx)
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("polling: %w", err)
+			}
+			if len(ids) > 0 {
+				return nil, nil, errors.New("a poll claimed timeouts after all were claimed")
+			}
+			polls[i] = append(polls[i], time.Since(start))
 		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("polling: %w", err)
-		}
-		if len(ids) > 0 {
-			return nil, nil, errors.New("a poll claimed timeouts after all were claimed")
-		}
-		polls = append(polls, time.Since(start))
 	}
-	slices.Sort(claims)
-	slices.Sort(polls)
+	for i := range sides {
+		if len(claims[i]) == 0 {
+			return nil, nil, errors.New("no due timeouts to claim")
+		}
+	}
 	return claims, polls, nil
 }
 
