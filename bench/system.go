@@ -61,15 +61,10 @@ type System struct {
 	SQL bool
 	// Open sets the system up to deliver to the queue or topic named destination.
 	Open func(ctx context.Context, env Env, destination string) (*Rig, error)
-	// Missing, when set, says which building block has not landed: the rows say so.
-	Missing string
 }
 
 // missing returns why s cannot run in env, or "".
 func (s System) missing(env Env) string {
-	if s.Missing != "" {
-		return s.Missing
-	}
 	for _, n := range s.Needs {
 		switch {
 		case n == "rabbitmq" && env.AMQPURL == "":
