@@ -5,45 +5,61 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-// PeekMany returns the stored timeouts among ids, looked up on one connection with one prepared
-// statement; ids not stored are left out.
-func (s *Store) PeekMany(ctx context.Context, ids []string) (out []persistence.Timeout, err error) {
-	if len(ids) == 0 {
-		return nil, nil
+// maxIn bounds the ids of one IN list, far below SQLite's limit on bound parameters.
+const maxIn = 500
+
+// inList returns "?, ?, …)" for n ids and the ids as arguments.
+func inList(ids []string) (string, []any) {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
 	}
-	conn, err := s.reader.Conn(ctx)
+	return strings.Repeat("?, ", len(ids)-1) + "?)", args
+}
+
+// PeekMany returns the stored timeouts among ids, one statement per maxIn ids; ids not stored are
+// left out.
+func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
+	out := make([]persistence.Timeout, 0, len(ids))
+	for start := 0; start < len(ids); start += maxIn {
+		chunk := ids[start:min(len(ids), start+maxIn)]
+		var err error
+		if out, err = s.peekIn(ctx, chunk, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) peekIn(ctx context.Context, ids []string, out []persistence.Timeout) ([]persistence.Timeout, error) {
+	list, args := inList(ids)
+	rows, err := s.reader.QueryContext(ctx, s.q.peekIn+list, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: peek %d timeouts: %w", len(ids), err)
 	}
-	defer func() { err = errors.Join(err, conn.Close()) }()
-	stmt, err := conn.PrepareContext(ctx, s.q.peek)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: peek %d timeouts: %w", len(ids), err)
-	}
-	defer func() { err = errors.Join(err, stmt.Close()) }()
-	out = make([]persistence.Timeout, 0, len(ids))
-	for _, id := range ids {
-		t := persistence.Timeout{ID: id}
+	defer rows.Close()
+	for rows.Next() {
 		var (
+			t        persistence.Timeout
 			due      int64
 			metadata []byte
 		)
-		err := stmt.QueryRowContext(ctx, id).Scan(&t.Destination, &due, &t.Owner, &t.Payload, &metadata, &t.FailureCount)
-		if errors.Is(err, sql.ErrNoRows) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: peek %q: %w", id, err)
+		if err := rows.Scan(&t.ID, &t.Destination, &due, &t.Owner, &t.Payload, &metadata, &t.FailureCount); err != nil {
+			return nil, fmt.Errorf("sqlite: peek %d timeouts: %w", len(ids), err)
 		}
 		t.Due = fromMicros(due)
 		if t.Metadata, err = persistence.DecodeMetadata(metadata); err != nil {
-			return nil, fmt.Errorf("sqlite: peek %q: %w", id, err)
+			return nil, fmt.Errorf("sqlite: peek %q: %w", t.ID, err)
 		}
 		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: peek %d timeouts: %w", len(ids), err)
 	}
 	return out, nil
 }
@@ -94,13 +110,21 @@ func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) 
 	var removed []string
 	err := s.writer.do(ctx, inOneTransaction(func(ctx context.Context, db execer) error {
 		removed = removed[:0] // run may be called twice (see change)
-		for _, id := range ids {
-			n, err := rowsAffected(db.ExecContext(ctx, s.q.delete, id))
+		for start := 0; start < len(ids); start += maxIn {
+			list, args := inList(ids[start:min(len(ids), start+maxIn)])
+			rows, err := db.QueryContext(ctx, s.q.deleteIn+list+` RETURNING id`, args...)
 			if err != nil {
 				return err
 			}
-			if n > 0 {
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					return errors.Join(err, rows.Close())
+				}
 				removed = append(removed, id)
+			}
+			if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+				return err
 			}
 		}
 		return nil

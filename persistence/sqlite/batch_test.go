@@ -98,3 +98,25 @@ func TestStoreMany(t *testing.T) {
 	_, err = store.Peek(ctx, "d")
 	require.ErrorIs(t, err, persistence.ErrNotFound, "none stored when one is invalid")
 }
+
+func TestPeekManyAndRemoveManyBeyondOneINList(t *testing.T) {
+	t.Parallel()
+	store := open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "t.db"), Endpoint: "orders"})
+	ctx := context.Background()
+	var ts []persistence.Timeout
+	var ids []string
+	for i := range 1201 {
+		id := fmt.Sprintf("t-%04d", i)
+		ids = append(ids, id)
+		ts = append(ts, persistence.Timeout{ID: id, Destination: "payments", Due: time.Now(), Payload: []byte(id)})
+	}
+	inserted, err := store.StoreMany(ctx, ts)
+	require.NoError(t, err)
+	require.Len(t, inserted, len(ids))
+	found, err := store.PeekMany(ctx, append(ids, "missing"))
+	require.NoError(t, err)
+	require.Len(t, found, len(ids))
+	removed, err := store.RemoveMany(ctx, append(ids, "missing"))
+	require.NoError(t, err)
+	require.ElementsMatch(t, ids, removed)
+}

@@ -16,6 +16,9 @@ type queries struct {
 	list                  string
 	listByOwner           string
 	handover              handoverQueries
+
+	// peekIn and deleteIn are completed with "?, ?, …)" for as many ids as a batch has.
+	peekIn, deleteIn string
 }
 
 // newQueries builds the SQL for a table whose name passed validateTable.
@@ -51,6 +54,8 @@ WHERE id IN (SELECT id FROM %[1]s WHERE available_at <= ? ORDER BY available_at 
 RETURNING id, due`, t),
 		peek:                  fmt.Sprintf(`SELECT destination, due, owner, payload, metadata, failure_count FROM %s WHERE id = ?`, t),
 		delete:                fmt.Sprintf(`DELETE FROM %s WHERE id = ?`, t),
+		peekIn:                fmt.Sprintf(`SELECT id, destination, due, owner, payload, metadata, failure_count FROM %s WHERE id IN (`, t),
+		deleteIn:              fmt.Sprintf(`DELETE FROM %s WHERE id IN (`, t),
 		incrementFailureCount: fmt.Sprintf(`UPDATE %s SET failure_count = failure_count + 1 WHERE id = ?`, t),
 		// owner <> '' lets SQLite use the partial index, and keeps "" from meaning "no owner".
 		cancelByOwner: fmt.Sprintf(`DELETE FROM %s WHERE owner = ? AND owner <> ''`, t),
