@@ -70,7 +70,9 @@ func TestFaultBrokerRestartUnderLoad(t *testing.T) {
 	require.True(t, allDelivered, "all delivered after the restart (%d of %d)", got.distinct(), count)
 	requireNoneLost(t, f)
 	require.Zero(t, errs.distinct(), "a broker restart sends nothing to the error queue")
-	require.Positive(t, reconnected, "the service reconnected by itself")
+	// Deliveries after the broker came back prove the reconnection; the log count is a figure
+	// (watermill-amqp does not always log a reconnect as "Connected").
+	require.Less(t, deliveredBefore, count, "some deliveries were left for after the restart, so the service had to reconnect")
 
 	svc.signal(t, sigterm)
 	code, _ := svc.wait(t, time.Minute)

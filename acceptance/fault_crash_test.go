@@ -10,20 +10,20 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/connect"
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
 	"github.com/timeoutmill/timeoutmill/transport/sqltransport"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 // inflightPerInstance bounds the duplicates one crashed `timeoutmill run` can cause: the command
-// consumes each satellite queue with one consumer, which is handed its next message only after the
-// previous one was acked, so at the moment of a kill -9 at most one message per satellite is in
-// flight. A dispatcher message whose timeout was forwarded but not yet removed is forwarded again
-// after the restart; a Timeouts message stored but not yet acked is stored again, and so delivered
-// twice, if its first copy was dispatched in between. Nothing else is forwarded twice: claimed ids
-// that were never announced are claimed again when their lease runs out, and announced ones are
-// looked up before they are forwarded.
-const inflightPerInstance = 2
+// consumes each satellite queue with connect.ServiceConsumers consumers, each handed its next
+// message only after the previous one was acked, so at the moment of a kill -9 at most that many
+// dispatcher messages are in flight (the dispatch satellite forwards them together, then removes
+// them together). One whose timeout was forwarded but not yet removed is forwarded again after the
+// restart. Nothing else is forwarded twice: claimed ids that were never announced are claimed
+// again when their lease runs out, and announced ones are looked up before they are forwarded.
+const inflightPerInstance = connect.ServiceConsumers
 
 // TestFaultKill9WhileStoringAndDispatching kills a `timeoutmill run` process with SIGKILL while
 // 10,000 timeouts are being stored and dispatched, starts it again, and counts: none may be lost,
