@@ -24,7 +24,10 @@
 // LOCKED and their available_at is moved to the end of the lease, so concurrent pollers never
 // wait for each other nor get the same timeout, and a lost claim is recovered when its lease runs
 // out. No watermark is kept, so a timeout committed late is still found (NServiceBus#3500). All
-// times come from the caller (ClaimDue's now), never from the database clock.
+// times come from the caller (ClaimDue's now), never from the database clock. A claim commits with
+// synchronous_commit = off for its own transaction: a database crash may forget the last moments'
+// claims, which only makes those timeouts claimable again at once (a possible duplicate
+// announcement, never a loss); stores, removals and Hide commit durably as the session says.
 //
 // Due times are kept as timestamptz, to the microsecond (rounded up, so nothing is delivered
 // early); payloads and headers byte for byte (bytea; headers in persistence.EncodeMetadata's

@@ -276,3 +276,39 @@ func TestDueRoundsUp(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"a"}, ids)
 }
+
+// TestClaimLeavesSessionSettings shows that a claim's synchronous_commit = off is its own
+// transaction's: the connection's next statement, a Store, commits as the session says, and the
+// claim still claims each due timeout once, earliest due first.
+func TestClaimLeavesSessionSettings(t *testing.T) {
+	t.Parallel()
+	dsn, schema := testenv.PostgresSchema(t)
+	db := openDB(t, dsn)
+	db.SetMaxOpenConns(1) // every statement on the same session
+	ctx := t.Context()
+	store, err := postgres.New(db, postgres.Config{Schema: schema, Endpoint: "orders"})
+	require.NoError(t, err)
+	require.NoError(t, store.SetupInfrastructure(ctx))
+	_, err = db.ExecContext(ctx, `SET synchronous_commit = local`) // the session's own choice
+	require.NoError(t, err)
+
+	now := time.Now().UTC()
+	for i, id := range []string{"c", "a", "b"} {
+		_, err := store.Store(ctx, persistence.Timeout{ID: id, Destination: "dest", Due: now.Add(-time.Duration(3-i) * time.Second)})
+		require.NoError(t, err)
+	}
+	ids, err := store.ClaimDue(ctx, now, 10, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{"c", "a", "b"}, ids)
+
+	var setting string
+	require.NoError(t, db.QueryRowContext(ctx, `SHOW synchronous_commit`).Scan(&setting))
+	require.Equal(t, "local", setting, "the session's setting after a claim")
+
+	again, err := store.ClaimDue(ctx, now.Add(30*time.Second), 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, again, "claimed ids stay leased")
+	again, err = store.ClaimDue(ctx, now.Add(61*time.Second), 10, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{"c", "a", "b"}, again, "and are claimed again once their lease ran out")
+}

@@ -170,6 +170,14 @@ func (s *Store) Next(ctx context.Context) (time.Time, bool, error) {
 
 // ClaimDue claims up to limit timeouts claimable at now in one statement, and returns their ids
 // earliest due first.
+//
+// The claim commits without waiting for its WAL to reach the disk (synchronous_commit = off for
+// its own transaction; the session's setting is untouched): that flush was a third of a claim's
+// time here. A claim is a lease, not data: a database crash can forget the claims of the last
+// moments before it, which makes their timeouts claimable again at once, as if their lease had run
+// out. That can announce a timeout twice (a duplicate, which at-least-once delivery allows), never
+// lose one nor deliver one early; the next durable commit on the server (any Store or Remove)
+// makes every earlier claim durable too.
 func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
 	if limit <= 0 {
 		return nil, nil
