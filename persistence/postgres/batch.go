@@ -11,7 +11,9 @@ import (
 )
 
 // StoreMany keeps, in one statement and one commit, the timeouts whose ids are not stored yet and
-// returns those ids. It stores none when any of them is invalid.
+// returns those ids. It stores none when any of them is invalid. Rows are inserted in id order,
+// so that batches holding the same ids in other orders wait for each other instead of
+// deadlocking.
 func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
 	if len(ts) == 0 {
 		return nil, nil
@@ -42,6 +44,7 @@ func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]stri
 SELECT id, destination, due, due, owner, payload, metadata, failure_count
 FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::bytea[], $6::bytea[], $7::int[])
 	AS t(id, destination, due, owner, payload, metadata, failure_count)
+ORDER BY id
 ON CONFLICT (id) DO NOTHING RETURNING id`, ids, destinations, dues, owners, payloads, metadata, failures)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: store %d timeouts: %w", len(ts), err)
