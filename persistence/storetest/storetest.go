@@ -1,8 +1,9 @@
 // Package storetest is the conformance suite every persistence.Store backend runs, so that the
 // memory, SQLite, PostgreSQL, MariaDB and SQL Server stores behave alike wherever timeoutmill
 // relies on them: idempotent Store, claims that never hand one id to two pollers while a lease
-// runs, byte-exact payloads and headers, microsecond due times, cancel, and (for stores that
-// implement persistence.Inspector) Stats and List.
+// runs, byte-exact payloads and headers, microsecond due times, cancel; Stats and List for stores
+// that implement persistence.Inspector, Hide, Release and Survey for persistence.Handover, and
+// StoreMany, PeekMany and RemoveMany for stores with the batch calls of satellites.BatchStore.
 //
 // A backend's test calls Run with a constructor that returns an empty store of its own:
 //
@@ -58,6 +59,7 @@ func Run(t *testing.T, newStore func(t *testing.T) persistence.Store) {
 		{"HundredThousand", s.testHundredThousand},
 		{"Inspector", s.testInspector},
 		{"Handover", s.testHandover},
+		{"Batch", s.testBatch},
 		{"CancelledContext", s.testCancelledContext},
 	}
 	for _, tt := range tests {
@@ -169,7 +171,7 @@ func requireUnique(t *testing.T, ids []string) map[string]struct{} {
 	seen := make(map[string]struct{}, len(ids))
 	for _, id := range ids {
 		_, dup := seen[id]
-		require.False(t, dup, "id %q claimed twice", id)
+		require.False(t, dup, "id %q returned twice", id)
 		seen[id] = struct{}{}
 	}
 	return seen
