@@ -253,7 +253,8 @@ func withoutRouting(msg *message.Message) *message.Message {
 }
 
 // EnsureDestinations makes sure each destination queue exists and is bound to the delivery
-// exchange, asking the broker once per destination and connection.
+// exchange (DestinationBindingKey; a legacy "#.<queue>" binding is removed), asking the broker
+// once per destination and connection.
 func (p *Publisher) EnsureDestinations(ctx context.Context, destinations ...string) error {
 	conn, err := p.connection()
 	if err != nil {
@@ -277,9 +278,7 @@ func (p *Publisher) EnsureDestinations(ctx context.Context, destinations ...stri
 		if err := p.declarer.DeclareQueues(ctx, d); err != nil {
 			return fmt.Errorf("rabbitmq: destination %s: %w", d, err)
 		}
-		err := onChannel(conn, func(ch *amqp.Channel) error {
-			return ch.QueueBind(d, DestinationBindingKey(d), p.topo.DeliveryExchange(), false, nil)
-		})
+		err := onChannel(conn, func(ch *amqp.Channel) error { return p.topo.bindDestination(ch, d) })
 		if amqpCode(err) == amqp.NotFound {
 			return fmt.Errorf("%w: binding destination %s to exchange %s: %s (run `timeoutmill native setup`)",
 				ErrTopology, d, p.topo.DeliveryExchange(), reason(err))

@@ -98,7 +98,7 @@ func TestDestinationsThatCannotEndARoutingKey(t *testing.T) {
 	}
 }
 
-func TestBindingKeysAsNServiceBusBuildsThem(t *testing.T) {
+func TestBindingKeys(t *testing.T) {
 	t.Parallel()
 	stars := func(n int) string { return strings.Repeat("*.", n) }
 	require.Equal(t, "1.#", rabbitmq.QueueBindingKey(27))
@@ -106,7 +106,8 @@ func TestBindingKeysAsNServiceBusBuildsThem(t *testing.T) {
 	require.Equal(t, stars(27)+"1.#", rabbitmq.QueueBindingKey(0))
 	require.Equal(t, stars(27)+"0.#", rabbitmq.NextBindingKey(0), "level 0's exchange to the delivery exchange")
 	require.Equal(t, stars(24)+"1.#", rabbitmq.QueueBindingKey(3))
-	require.Equal(t, "#.sales.orders", rabbitmq.DestinationBindingKey("sales.orders"))
+	require.Equal(t, stars(28)+"sales.orders", rabbitmq.DestinationBindingKey("sales.orders"), "one wildcard per delay bit: exactly this destination")
+	require.Equal(t, "#.sales.orders", rabbitmq.LegacyDestinationBindingKey("sales.orders"), "NServiceBus's, removed where found")
 	require.Equal(t, int64(1000), rabbitmq.TTLMillis(0))
 	require.Equal(t, int64(134217728000), rabbitmq.TTLMillis(27))
 }

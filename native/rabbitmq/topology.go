@@ -126,9 +126,38 @@ func QueueBindingKey(level int) string { return strings.Repeat("*.", Levels-1-le
 // exchange of level: the level's bit is 0.
 func NextBindingKey(level int) string { return strings.Repeat("*.", Levels-1-level) + "0.#" }
 
-// DestinationBindingKey binds a destination queue to the delivery exchange, as NServiceBus does:
-// "#." and the queue's name.
-func DestinationBindingKey(destination string) string { return "#." + destination }
+// DestinationBindingKey binds a destination queue to the delivery exchange: 28 single-word
+// wildcards, one for each delay bit every routing key starts with, then the queue's name
+// ("*.*. … *.orders"). It matches the keys of messages for exactly that destination.
+//
+// NServiceBus binds "#." and the queue's name instead, which also matches every destination that
+// ends in "." and that name: its queue "orders" also receives what is delayed for
+// "billing.orders". LegacyDestinationBindingKey is that binding; Setup and the Publisher remove it
+// where they bind.
+func DestinationBindingKey(destination string) string {
+	return strings.Repeat("*.", Levels) + destination
+}
+
+// LegacyDestinationBindingKey is the binding of a destination queue to the delivery exchange as
+// NServiceBus, and timeoutmill before it was fixed, declare it: "#." and the queue's name. It
+// catches messages for destinations ending in "." and that name as well, so Setup and the
+// Publisher replace it with DestinationBindingKey, and Verify reports it where it can see it.
+func LegacyDestinationBindingKey(destination string) string { return "#." + destination }
+
+// bindDestination binds queue to the delivery exchange on ch with DestinationBindingKey, then
+// removes the legacy binding "#.<queue>" if an older version declared it. In this order the
+// queue is never without a binding; while both exist, the broker delivers a message that matches
+// both once.
+func (t Topology) bindDestination(ch *amqp.Channel, queue string) error {
+	if err := ch.QueueBind(queue, DestinationBindingKey(queue), t.DeliveryExchange(), false, nil); err != nil {
+		return err
+	}
+	// Removing a binding that does not exist succeeds.
+	if err := ch.QueueUnbind(queue, LegacyDestinationBindingKey(queue), t.DeliveryExchange(), nil); err != nil {
+		return fmt.Errorf("removing the legacy binding %s: %w", LegacyDestinationBindingKey(queue), err)
+	}
+	return nil
+}
 
 // Setup declares the delay infrastructure on conn: every exchange, queue and binding. It is
 // idempotent. A queue that exists with other arguments (another TTL, another queue type) makes it
@@ -181,9 +210,30 @@ func (t Topology) Setup(ctx context.Context, conn *amqp.Connection) error {
 			return err
 		}
 		return step("binding queue "+t.ProbeQueue(), func() error {
-			return ch.QueueBind(t.ProbeQueue(), DestinationBindingKey(t.ProbeQueue()), t.DeliveryExchange(), false, nil)
+			return t.bindDestination(ch, t.ProbeQueue())
 		})
 	})
+}
+
+// BindDestinations binds each destination queue to the delivery exchange, as the Publisher does
+// before its first message to it, and removes the legacy binding "#.<queue>" that NServiceBus and
+// earlier versions of this package declared (see DestinationBindingKey). The queues must exist.
+// `timeoutmill native setup --destination Q` runs it for queues no upgraded Publisher has sent to
+// yet.
+func (t Topology) BindDestinations(ctx context.Context, conn *amqp.Connection, destinations ...string) error {
+	for _, d := range destinations {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := ValidateDestination(d); err != nil {
+			return err
+		}
+		err := onChannel(conn, func(ch *amqp.Channel) error { return t.bindDestination(ch, d) })
+		if err != nil {
+			return fmt.Errorf("rabbitmq: binding destination %s to exchange %s: %w", d, t.DeliveryExchange(), err)
+		}
+	}
+	return nil
 }
 
 // onChannel runs use on a channel of its own (a failed declaration closes its channel).

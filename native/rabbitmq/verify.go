@@ -56,6 +56,10 @@ func (e *VerifyError) Unwrap() error { return ErrTopology }
 // with "#" as well), and destinations' bindings to the delivery exchange, which a probe could
 // only check by delivering to the destination; the Publisher binds a destination before its
 // first message to it instead.
+//
+// NServiceBus's destination binding "#.<queue>", which earlier versions declared and which also
+// catches messages for queues whose names end in ".<queue>", is reported where Verify can see it:
+// on the probe queue, as the mark of an earlier setup (see DestinationBindingKey).
 func (t Topology) Verify(ctx context.Context, conn *amqp.Connection) error {
 	v := verifier{t: t, conn: conn}
 	if err := v.run(ctx); err != nil {
@@ -129,6 +133,11 @@ func (v *verifier) run(ctx context.Context) error {
 	if err := check(probeBinding, t.DeliveryExchange(), probeKey(0), "exchange "+t.DeliveryExchange(), "queue "+t.ProbeQueue()); err != nil {
 		return err
 	}
+	if present[probeBinding] {
+		if err := v.legacyProbeBinding(ctx, p); err != nil {
+			return err
+		}
+	}
 	deliveryBinding := bindingName("exchange", t.DeliveryExchange(), t.Exchange(0), NextBindingKey(0))
 	if err := check(deliveryBinding, t.Exchange(0), probeKey(0), "exchange "+t.Exchange(0), probeBinding); err != nil {
 		return err
@@ -148,6 +157,29 @@ func (v *verifier) run(ctx context.Context) error {
 		if err := check(nextBinding, t.Exchange(level), probeKey(1<<(level-1)), "exchange "+t.Exchange(level), "exchange "+t.Exchange(level-1), below); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// legacyProbeBinding reports the probe queue's binding "#.<probe queue>", which Setup declared
+// before it bound destinations with DestinationBindingKey: a sign that the infrastructure was set
+// up by an earlier version, whose Publishers bound every destination queue that way too. A probe
+// whose destination is "#.<probe queue>" (a word "#" no destination may have) reaches the probe
+// queue only through such a binding.
+func (v *verifier) legacyProbeBinding(ctx context.Context, p *prober) error {
+	t := v.t
+	key := strings.Repeat("0.", Levels) + "#." + t.ProbeQueue()
+	if len(key) > maxRoutingKey {
+		return nil // a prefix this long cannot be checked this way
+	}
+	routed, err := p.routes(ctx, t.DeliveryExchange(), key)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: checking for the legacy binding of %s: %w", t.ProbeQueue(), err)
+	}
+	if routed {
+		v.problem(bindingName("queue", t.ProbeQueue(), t.DeliveryExchange(), LegacyDestinationBindingKey(t.ProbeQueue())),
+			"is the legacy binding of an earlier setup, which also catches messages for queues whose names end in \".<queue>\"; "+
+				"`timeoutmill native setup` replaces it, and `timeoutmill native setup --destination Q` (or an upgraded Publisher's first message) each destination's")
 	}
 	return nil
 }
