@@ -68,6 +68,7 @@ func (f nativeFlags) publisher(logger watermill.LoggerAdapter, channels int) (*r
 
 type nativeSetupCmd struct {
 	nativeFlags `embed:""`
+	Destination []string `name:"destination" sep:"none" placeholder:"QUEUE" help:"Also bind this existing destination queue to the delivery exchange (repeatable), replacing the '#.QUEUE' binding of earlier versions, which also caught messages for queues named '*.QUEUE'."`
 }
 
 // Run declares the delay infrastructure.
@@ -82,6 +83,13 @@ func (c *nativeSetupCmd) Run(e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "native delay infrastructure ready on %s:\n  exchanges and queues %s .. %s, exchange %s, queue %s\n",
 		c.describe(), topo.Exchange(rabbitmq.Levels-1), topo.Exchange(0), topo.DeliveryExchange(), topo.ProbeQueue())
+	if len(c.Destination) == 0 {
+		return nil
+	}
+	if err := topo.BindDestinations(e.ctx, conn, c.Destination...); err != nil {
+		return connect.RedactError(err, c.Transport)
+	}
+	fmt.Fprintf(e.stdout, "  destinations bound to %s on %sQUEUE: %s\n", topo.DeliveryExchange(), strings.Repeat("*.", rabbitmq.Levels), strings.Join(c.Destination, ", "))
 	return nil
 }
 

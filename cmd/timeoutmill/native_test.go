@@ -85,6 +85,16 @@ func TestNativeSetupAndVerify(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, ": ok")
 
+	// --destination binds existing queues (replacing the legacy "#.QUEUE"), and creates none.
+	dest := b.queue(t, "orders")
+	code, stdout, stderr = timeoutmill(ctx, append([]string{"native", "setup", "--destination", dest}, flags...)...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "destinations bound to "+b.prefix+".delay-delivery")
+	require.Contains(t, stdout, dest)
+	code, _, stderr = timeoutmill(ctx, append([]string{"native", "setup", "--destination", dest + "-missing"}, flags...)...)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, dest+"-missing")
+
 	ch, err := b.conn.Channel()
 	require.NoError(t, err)
 	_, err = ch.QueueDelete(b.prefix+".delay-level-13", false, false, false)
