@@ -39,6 +39,7 @@ func Ceilings() []Ceiling {
 		{Name: ceilingPostgres1, Needs: []string{"postgres"}, Run: postgresCommits(1)},
 		{Name: ceilingPostgres8, Needs: []string{"postgres"}, Run: postgresCommits(8)},
 		{Name: ceilingSQLite, Run: sqliteCommits},
+		{Name: ceilingGoChannel, Run: goChannelRelay},
 	}
 }
 

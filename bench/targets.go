@@ -101,6 +101,10 @@ func Targets(results []Result) []Target {
 		if v, ok := f.figure(sys, KindBacklog, "drain"); ok {
 			t.Measured = rate(v) + "/s"
 			t.Met = verdict(v >= floor)
+			// On GoChannel every due message takes one serial router hop, whatever the store.
+			if c, ok := f.figure(ceilingGoChannel, KindCeiling, "drain"); ok && c > 0 && strings.HasPrefix(sys, "GoChannel") {
+				t.Measured += fmt.Sprintf(" (%.2f× the %s ceiling of %s/s)", v/c, ceilingGoChannel, rate(c))
+			}
 		}
 		return t
 	}
