@@ -25,6 +25,7 @@ const (
 	ceilingRoundTrip       = "RabbitMQ round trip"
 	ceilingDeadLetter      = "RabbitMQ dead-letter path (quorum)"
 	ceilingDeadLetterClass = "RabbitMQ dead-letter path (classic)"
+	ceilingDeadLetter2     = "RabbitMQ dead-letter path, 2 hops (quorum)"
 	ceilingPostgres1       = "PostgreSQL commits (1 connection)"
 	ceilingPostgres8       = "PostgreSQL commits (8 connections)"
 	ceilingSQLite          = "SQLite commits (synchronous NORMAL)"
@@ -34,8 +35,9 @@ const (
 func Ceilings() []Ceiling {
 	return []Ceiling{
 		{Name: ceilingRoundTrip, Needs: []string{"rabbitmq"}, Run: roundTrip},
-		{Name: ceilingDeadLetter, Needs: []string{"rabbitmq"}, Run: deadLetterPath(true)},
-		{Name: ceilingDeadLetterClass, Needs: []string{"rabbitmq"}, Run: deadLetterPath(false)},
+		{Name: ceilingDeadLetter, Needs: []string{"rabbitmq"}, Run: deadLetterPath(true, 1)},
+		{Name: ceilingDeadLetterClass, Needs: []string{"rabbitmq"}, Run: deadLetterPath(false, 1)},
+		{Name: ceilingDeadLetter2, Needs: []string{"rabbitmq"}, Run: deadLetterPath(true, 2)},
 		{Name: ceilingPostgres1, Needs: []string{"postgres"}, Run: postgresCommits(1)},
 		{Name: ceilingPostgres8, Needs: []string{"postgres"}, Run: postgresCommits(8)},
 		{Name: ceilingSQLite, Run: sqliteCommits},
@@ -172,22 +174,38 @@ func publishChunks[T any](msgs []T, workers, chunk int, publish func([]T) error)
 
 // deadLetterPath measures RabbitMQ's TTL and dead-letter mechanism alone: messages expiring at
 // one instant in a queue that dead-letters them to the destination, the path every native
-// delay level takes. quorum declares the holding queue as native/rabbitmq declares its levels
-// (quorum, at-least-once dead-lettering); otherwise a classic queue.
-func deadLetterPath(quorum bool) func(ctx context.Context, env Env, plan Plan) (Result, error) {
+// delay level takes. quorum declares the holding queues as native/rabbitmq declares its levels
+// (quorum, at-least-once dead-lettering); otherwise classic queues.
+//
+// With hops > 1 the messages cross that many holding queues, as a native delay crosses one level
+// queue per set bit of its seconds: they expire from the first hops−1 seconds before the instant
+// into a chain of queues with a fixed TTL of 1 s (native's level 0), the last of which
+// dead-letters to the destination. Every dead-lettering here goes through the default exchange;
+// native's also routes through its topic exchanges.
+func deadLetterPath(quorum bool, hops int) func(ctx context.Context, env Env, plan Plan) (Result, error) {
 	return func(ctx context.Context, env Env, plan Plan) (Result, error) {
 		n := plan.CeilingMessages
 		name := ceilingDeadLetterClass
-		args := amqp.Table{"x-queue-type": "classic"}
+		queueArgs := func() amqp.Table { return amqp.Table{"x-queue-type": "classic"} }
 		if quorum {
 			name = ceilingDeadLetter
-			args = amqp.Table{"x-queue-type": "quorum", "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+			queueArgs = func() amqp.Table {
+				return amqp.Table{"x-queue-type": "quorum", "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+			}
+		}
+		if hops > 1 {
+			name = ceilingDeadLetter2
+			if hops != 2 || !quorum {
+				return Result{}, fmt.Errorf("bench: no ceiling row for %d hops (quorum %v)", hops, quorum)
+			}
 		}
 		id := watermill.NewShortUUID()
-		hold, dest := "timeoutbench_hold_"+id, "timeoutbench_dl_"+id
-		args["x-dead-letter-exchange"] = ""
-		args["x-dead-letter-routing-key"] = dest
-		defer func() { _ = deleteQueues(env.AMQPURL, hold, dest) }()
+		dest := "timeoutbench_dl_" + id
+		holds := make([]string, hops)
+		for i := range holds {
+			holds[i] = fmt.Sprintf("timeoutbench_hold_%s_%d", id, i)
+		}
+		defer func() { _ = deleteQueues(env.AMQPURL, append(holds, dest)...) }()
 
 		conn, err := amqp.Dial(env.AMQPURL)
 		if err != nil {
@@ -201,8 +219,19 @@ func deadLetterPath(quorum bool) func(ctx context.Context, env Env, plan Plan) (
 		if _, err := ch.QueueDeclare(dest, true, false, false, false, nil); err != nil {
 			return Result{}, fmt.Errorf("declaring %s: %w", dest, err)
 		}
-		if _, err := ch.QueueDeclare(hold, true, false, false, false, args); err != nil {
-			return Result{}, fmt.Errorf("declaring %s: %w", hold, err)
+		for i := hops - 1; i >= 0; i-- {
+			args := queueArgs()
+			args["x-dead-letter-exchange"] = ""
+			args["x-dead-letter-routing-key"] = dest
+			if i+1 < hops {
+				args["x-dead-letter-routing-key"] = holds[i+1]
+			}
+			if i > 0 {
+				args["x-message-ttl"] = int64(1000)
+			}
+			if _, err := ch.QueueDeclare(holds[i], true, false, false, false, args); err != nil {
+				return Result{}, fmt.Errorf("declaring %s: %w", holds[i], err)
+			}
 		}
 		_ = ch.Close()
 		msgs, closeReceiver, err := receiver(ctx, env.AMQPURL, dest)
@@ -221,10 +250,11 @@ func deadLetterPath(quorum bool) func(ctx context.Context, env Env, plan Plan) (
 			p.DeliveryMode = amqp.Persistent
 			pubs[i] = p
 		}
-		due := time.Now().Add(2*time.Second + time.Duration(float64(n)/2500*float64(time.Second)))
+		due := time.Now().Add(time.Duration(hops+1)*time.Second + time.Duration(float64(n)/2500*float64(time.Second)))
+		expire := due.Add(-time.Duration(hops-1) * time.Second) // from the first holding queue
 		start := time.Now()
 		failed, err := publishChunks(pubs, 4, 100, func(ps []amqp.Publishing) error {
-			return publishExpiring(ctx, conn, hold, ps, due)
+			return publishExpiring(ctx, conn, holds[0], ps, expire)
 		})
 		published := time.Since(start)
 		if err != nil {
@@ -237,13 +267,20 @@ func deadLetterPath(quorum bool) func(ctx context.Context, env Env, plan Plan) (
 			Counted:     true, Lost: n - unique, Duplicated: dups,
 			Notes: []string{"per-message TTL, all expiring at one instant; drain = messages ÷ (last arrival − expiry)"},
 		}
-		if start.Add(published).After(due) {
+		if hops > 1 {
+			r.Notes = []string{fmt.Sprintf("%d dead-letterings a message, as a native delay of 3 or 5 s: all expiring at one instant into a queue with a TTL of 1 s; default exchange, no topic routing; drain = messages ÷ (last arrival − due)", hops)}
+		}
+		if start.Add(published).After(expire) {
 			r.Notes = append(r.Notes, "published only after the expiry: drain includes publishing")
 		}
 		if unique > 0 && last.After(due) {
 			r.DrainRate = float64(unique) / last.Sub(due).Seconds()
 			r.Figures = map[string]float64{"drain": r.DrainRate}
-			r.Notes = append(r.Notes, fmt.Sprintf("first %s ms after expiry", millis(first.Sub(due))))
+			after := "expiry"
+			if hops > 1 {
+				after = "due"
+			}
+			r.Notes = append(r.Notes, fmt.Sprintf("first %s ms after %s", millis(first.Sub(due)), after))
 		}
 		return r, nil
 	}
