@@ -27,6 +27,13 @@
 // is still found (NServiceBus#3500). All times come from the caller (ClaimDue's now), never from
 // the database clock.
 //
+// The satellites store, look up and remove many timeouts at once with StoreMany, PeekMany and
+// RemoveMany (satellites.BatchStore): each is one READ COMMITTED transaction and one commit, with
+// one statement per 500 ids (and per 4 MiB of inserted rows). MySQL has neither INSERT nor
+// DELETE ... RETURNING, so StoreMany first reads which ids are stored and RemoveMany locks the
+// rows it will delete; both work in id order, so that overlapping batches wait for each other
+// rather than deadlock.
+//
 // Due times are kept as UTC DATETIME(6), to the microsecond (rounded up, so nothing is delivered
 // early), between the years 1000 and 9999. Times are sent and read as text, so the DSN's
 // parseTime and loc and the session's time_zone change nothing. Ids, destinations and owners are

@@ -74,6 +74,32 @@ WHERE owner = ? AND owner <> '' ORDER BY due, id LIMIT ?`, t),
 
 // claimUpdate moves n claimed rows to the end of their lease.
 func (q queries) claimUpdate(n int) string {
-	return fmt.Sprintf(`UPDATE %s SET available_at = ? WHERE id IN (%s)`,
-		q.table, strings.TrimSuffix(strings.Repeat("?, ", n), ", "))
+	return fmt.Sprintf(`UPDATE %s SET available_at = ? WHERE id IN (%s)`, q.table, placeholders(n))
+}
+
+// placeholders returns "?, ?, …, ?" for n values.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// storeMany inserts n rows: store with n value lists.
+func (q queries) storeMany(n int) string {
+	return fmt.Sprintf(`INSERT INTO %s (id, destination, due, available_at, owner, payload, metadata, failure_count)
+VALUES %s`, q.table, strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?), ", n), ", "))
+}
+
+// idsIn selects which of n ids are stored.
+func (q queries) idsIn(n int) string {
+	return fmt.Sprintf(`SELECT id FROM %s WHERE id IN (%s)`, q.table, placeholders(n))
+}
+
+// peekIn reads the timeouts with n ids.
+func (q queries) peekIn(n int) string {
+	return fmt.Sprintf(`SELECT id, destination, due, owner, payload, metadata, failure_count FROM %s WHERE id IN (%s)`,
+		q.table, placeholders(n))
+}
+
+// deleteIn deletes the timeouts with n ids.
+func (q queries) deleteIn(n int) string {
+	return fmt.Sprintf(`DELETE FROM %s WHERE id IN (%s)`, q.table, placeholders(n))
 }

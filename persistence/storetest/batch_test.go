@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
+	"github.com/timeoutmill/timeoutmill/persistence/mysql"
 	"github.com/timeoutmill/timeoutmill/persistence/postgres"
 	"github.com/timeoutmill/timeoutmill/persistence/sqlite"
 	"github.com/timeoutmill/timeoutmill/satellites"
@@ -17,4 +18,5 @@ var (
 	_ satellites.BatchStore = (*memory.Store)(nil)
 	_ satellites.BatchStore = (*sqlite.Store)(nil)
 	_ satellites.BatchStore = (*postgres.Store)(nil)
+	_ satellites.BatchStore = (*mysql.Store)(nil)
 )

@@ -14,7 +14,10 @@ import (
 // Benchmark measures a backend the way the satellites use it, as sub-benchmarks reporting
 // rates: Store (many goroutines storing, as the store satellite under load), ClaimAndRemove
 // (4 goroutines claiming batches of 100 due ids and removing each, as poller and dispatcher
-// drain a backlog) and Peek (one goroutine looking timeouts up, a read that commits nothing).
+// drain a backlog), Peek (one goroutine looking timeouts up, a read that commits nothing), and for
+// stores with the batch calls StoreMany (2 goroutines storing batches of 256, as the store
+// satellite) and PeekAndRemoveMany (batches of 256 looked up and removed, as the dispatch
+// satellite).
 // newStore returns an empty store of its own; Benchmark closes it.
 func Benchmark(b *testing.B, newStore func(b *testing.B) persistence.Store) {
 	b.Run("Store", func(b *testing.B) {
@@ -89,7 +92,66 @@ func Benchmark(b *testing.B, newStore func(b *testing.B) persistence.Store) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "peeks/s")
 	})
+
+	b.Run("StoreMany", func(b *testing.B) {
+		store := newStore(b)
+		defer store.Close()
+		batch, ok := store.(batchStore)
+		if !ok {
+			b.Skipf("%T has no batch calls", store)
+		}
+		ctx := b.Context()
+		due := time.Now().Add(time.Hour)
+		var next atomic.Int64
+		b.SetParallelism(2) // the store satellite runs at most 2 batches at once
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			ts := make([]persistence.Timeout, 0, benchBatch)
+			for pb.Next() {
+				ts = ts[:0]
+				for range benchBatch {
+					ts = append(ts, benchTimeout(next.Add(1), due))
+				}
+				if _, err := batch.StoreMany(ctx, ts); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "stores/s")
+	})
+
+	b.Run("PeekAndRemoveMany", func(b *testing.B) {
+		store := newStore(b)
+		defer store.Close()
+		batch, ok := store.(batchStore)
+		if !ok {
+			b.Skipf("%T has no batch calls", store)
+		}
+		ctx := b.Context()
+		fill(ctx, b, store, b.N*benchBatch, time.Now())
+		b.ResetTimer()
+		ids := make([]string, benchBatch)
+		for i := range b.N {
+			for j := range ids {
+				ids[j] = benchTimeout(int64(i*benchBatch+j+1), time.Time{}).ID
+			}
+			found, err := batch.PeekMany(ctx, ids)
+			if err != nil || len(found) != benchBatch {
+				b.Fatalf("PeekMany: %d found, %v", len(found), err)
+			}
+			removed, err := batch.RemoveMany(ctx, ids)
+			if err != nil || len(removed) != benchBatch {
+				b.Fatalf("RemoveMany: %d removed, %v", len(removed), err)
+			}
+		}
+		b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "peek+remove/s")
+	})
 }
+
+// benchBatch is the size of the batches the batch benchmarks use: the satellites' default
+// MaxBatch.
+const benchBatch = 256
 
 func benchTimeout(i int64, due time.Time) persistence.Timeout {
 	id := fmt.Sprintf("%020d", i)
