@@ -52,7 +52,9 @@ type Config struct {
 	// ClaimBatchSize is how many due ids one claim takes. Defaults to 500.
 	ClaimBatchSize int
 	// ClaimLease is how long a claimed id stays hidden from other pollers. An id whose dispatcher
-	// message was lost is claimed again when its lease runs out. Defaults to 1 minute.
+	// message was lost, or whose poller was killed before announcing it, is claimed again when its
+	// lease runs out. An id still being announced or dispatched then is announced again (a
+	// duplicate, never a loss), so keep it longer than that takes. Defaults to 1 minute.
 	ClaimLease time.Duration
 	// NumberOfRetries is how many times forwarding a due message is retried after a failed
 	// first attempt before it goes to the error queue. Defaults to 0: one attempt.

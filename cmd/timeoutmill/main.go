@@ -57,15 +57,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c cli
 	exit := -1
-	parser, err := kong.New(&c,
-		kong.Name("timeoutmill"),
-		kong.Description("Durable delayed delivery for Watermill Pub/Subs: the NServiceBus timeout manager as a service."),
-		kong.DefaultEnvars("TIMEOUTMILL"),
-		kong.UsageOnError(),
-		kong.Writers(stdout, stderr),
-		kong.Exit(func(code int) { exit = code }),
-		kong.Vars{"store_schemes": connect.StoreSchemes, "transport_schemes": connect.TransportSchemes},
-	)
+	parser, err := newParser(&c, stdout, stderr, func(code int) { exit = code })
 	if err != nil {
 		fmt.Fprintln(stderr, "timeoutmill:", err)
 		return 2
@@ -83,4 +75,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// newParser returns the parser of the command line into c; exit is called instead of os.Exit.
+func newParser(c *cli, stdout, stderr io.Writer, exit func(code int)) (*kong.Kong, error) {
+	return kong.New(c,
+		kong.Name("timeoutmill"),
+		kong.Description("Durable delayed delivery for Watermill Pub/Subs: the NServiceBus timeout manager as a service."),
+		kong.DefaultEnvars("TIMEOUTMILL"),
+		kong.UsageOnError(),
+		kong.Writers(stdout, stderr),
+		kong.Exit(exit),
+		kong.Vars{"store_schemes": connect.StoreSchemes, "transport_schemes": connect.TransportSchemes},
+	)
 }

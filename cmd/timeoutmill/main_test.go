@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -230,4 +231,66 @@ func TestRunExactlyOnceOverPostgreSQL(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the service did not stop on its signal")
 	}
+}
+
+// parseRun parses a run command line without running it.
+func parseRun(t *testing.T, args ...string) runCmd {
+	t.Helper()
+	var c cli
+	parser, err := newParser(&c, io.Discard, io.Discard, func(code int) { t.Fatalf("exit %d", code) })
+	require.NoError(t, err)
+	_, err = parser.Parse(append([]string{"run", "--endpoint", "e", "--store", "sqlite://t.db", "--transport", "amqp://h/"}, args...))
+	require.NoError(t, err)
+	return c.Run
+}
+
+func TestClaimLeaseReachesTheManager(t *testing.T) {
+	t.Parallel()
+	transport := &connect.Transport{}
+	c := parseRun(t)
+	require.Equal(t, timeouts.DefaultClaimLease, c.managerConfig(nil, transport, nil, nil).ClaimLease,
+		"the flag's default is the library's")
+	c = parseRun(t, "--claim-lease", "15s")
+	require.Equal(t, 15*time.Second, c.managerConfig(nil, transport, nil, nil).ClaimLease)
+}
+
+func TestClaimLeaseComesFromTheEnvironmentToo(t *testing.T) {
+	t.Setenv("TIMEOUTMILL_CLAIM_LEASE", "2m30s")
+	require.Equal(t, 150*time.Second, parseRun(t).ClaimLease)
+
+	t.Setenv("TIMEOUTMILL_CLAIM_LEASE", "200ms")
+	db := "sqlite://" + filepath.Join(t.TempDir(), "t.db")
+	code, _, stderr := timeoutmill(context.Background(), "run", "--endpoint", "e", "--store", db, "--transport", "gochannel:")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "--claim-lease 200ms is too short")
+}
+
+func TestTooShortClaimLeaseIsRefusedBeforeConnecting(t *testing.T) {
+	t.Parallel()
+	for lease, shown := range map[string]string{"0s": "0s", "999ms": "999ms", "-1m": "-1m0s"} {
+		start := time.Now()
+		code, _, stderr := timeoutmill(context.Background(), "run", "--endpoint", "e",
+			"--store", "postgres://app:topsecret@127.0.0.1:1/db?connect_timeout=1",
+			"--transport", "amqp://guest:guest@127.0.0.1:1/", "--outage-wait", "1m", "--claim-lease="+lease)
+		require.Equal(t, 1, code, lease)
+		require.Contains(t, stderr, "--claim-lease "+shown+" is too short")
+		require.Contains(t, stderr, "it must be at least 1s")
+		require.Less(t, time.Since(start), 10*time.Second, "refused before connecting, not after the outage wait")
+	}
+}
+
+func TestShortClaimLeaseIsWarnedAbout(t *testing.T) {
+	t.Parallel()
+	db := "sqlite://" + filepath.Join(t.TempDir(), "t.db")
+	code, _, stderr := timeoutmill(context.Background(), "run", "--endpoint", "e", "--store", db, "--transport", "gochannel:",
+		"--claim-lease", "10s")
+	require.Equal(t, 1, code, "refused for the transport, not the lease")
+	require.Contains(t, stderr, "GoChannel lives inside one process")
+	require.Contains(t, stderr, "--claim-lease is shorter than an announcement or a failing forward may take")
+	require.Contains(t, stderr, "claim_lease=10s")
+
+	code, _, stderr = timeoutmill(context.Background(), "run", "--endpoint", "e", "--store", db, "--transport", "gochannel:",
+		"--claim-lease", "30s")
+	require.Equal(t, 1, code)
+	require.NotContains(t, stderr, "--claim-lease is shorter")
 }

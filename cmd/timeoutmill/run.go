@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/timeoutmill/timeoutmill/internal/connect"
+	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/satellites"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 )
@@ -26,6 +27,7 @@ type runCmd struct {
 
 	Instance        string        `help:"Name of this instance in logs. Defaults to host name and process id."`
 	PollInterval    time.Duration `default:"1m" help:"Longest time between looks at the store (it also wakes at the next due time)."`
+	ClaimLease      time.Duration `default:"1m" help:"How long ids claimed by the poller stay hidden from other pollers; ids claimed but not announced (after a kill -9, say) are claimed again when it ends. At least 1s; below 30s ids still being announced or dispatched may be announced again (duplicates, never loss)."`
 	OutageWait      time.Duration `default:"2m" help:"How long the store may be unreachable before a critical error stops the service (TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages)."`
 	NumberOfRetries int           `default:"0" help:"Retries of a failed forward before the message goes to the error queue."`
 	MetricsAddr     string        `help:"Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464." placeholder:"ADDR"`
@@ -41,6 +43,9 @@ func (c *runCmd) Run(e *env) error {
 		c.Instance = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	logger := newLogger(e).With(watermill.LogFields{"endpoint": c.Endpoint, "instance": c.Instance})
+	if err := checkClaimLease(c.ClaimLease, logger); err != nil {
+		return err // before connecting to anything
+	}
 	if c.ExactlyOnce {
 		if err := connect.CheckExactlyOnce(c.Transport, c.Store); err != nil {
 			return err // before connecting to anything
@@ -77,19 +82,7 @@ func (c *runCmd) Run(e *env) error {
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	manager, err := timeouts.NewManager(timeouts.Config{
-		Endpoint:          c.Endpoint,
-		Store:             store,
-		Publisher:         transport.Publisher,
-		Subscriber:        transport.Subscriber,
-		ErrorQueue:        c.ErrorQueue,
-		PollInterval:      c.PollInterval,
-		NumberOfRetries:   c.NumberOfRetries,
-		MetricsRegisterer: registry,
-		Forwarder:         forwarder,
-		TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages: c.OutageWait,
-		SkipInfrastructureSetup:                                 c.SkipSetup,
-	}, logger)
+	manager, err := timeouts.NewManager(c.managerConfig(store, transport, registry, forwarder), logger)
 	if err != nil {
 		return err
 	}
@@ -108,7 +101,8 @@ func (c *runCmd) Run(e *env) error {
 		defer stop()
 	}
 
-	logger.Info("Running", watermill.LogFields{"store": connect.Redact(c.Store), "transport": connect.Redact(c.Transport), "exactly_once": c.ExactlyOnce})
+	logger.Info("Running", watermill.LogFields{"store": connect.Redact(c.Store), "transport": connect.Redact(c.Transport),
+		"exactly_once": c.ExactlyOnce, "claim_lease": c.ClaimLease})
 	if err := router.Run(e.ctx); err != nil {
 		return err
 	}
@@ -116,6 +110,56 @@ func (c *runCmd) Run(e *env) error {
 		return err
 	}
 	logger.Info("Stopped", nil)
+	return nil
+}
+
+// managerConfig is the configuration of the endpoint's timeout manager the flags describe.
+func (c *runCmd) managerConfig(store persistence.Store, transport *connect.Transport, registry prometheus.Registerer,
+	forwarder satellites.Forwarder) timeouts.Config {
+	return timeouts.Config{
+		Endpoint:          c.Endpoint,
+		Store:             store,
+		Publisher:         transport.Publisher,
+		Subscriber:        transport.Subscriber,
+		ErrorQueue:        c.ErrorQueue,
+		PollInterval:      c.PollInterval,
+		ClaimLease:        c.ClaimLease,
+		NumberOfRetries:   c.NumberOfRetries,
+		MetricsRegisterer: registry,
+		Forwarder:         forwarder,
+		TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages: c.OutageWait,
+		SkipInfrastructureSetup:                                 c.SkipSetup,
+	}
+}
+
+// Bounds of --claim-lease.
+//
+// A claim's lease must outlast the time from claiming an id to removing its timeout: announcing it
+// on the dispatcher queue (the poller allows an announcement 30 s), waiting there behind the ids
+// announced before it, and forwarding it (a failing forward is retried for the dispatch circuit
+// breaker's 30 s before a critical error). An id whose lease ends earlier is claimed and
+// announced again: a second dispatch that finds it removed does nothing, one that runs at the same
+// time delivers it twice, and while the dispatcher queue takes longer than the lease to drain,
+// every id in it is announced again each lease, making the queue longer still. Nothing is lost
+// either way, so a short lease is only warned about; below minClaimLease it would happen under
+// any load, and is refused.
+const (
+	minClaimLease  = time.Second
+	safeClaimLease = 30 * time.Second
+)
+
+// checkClaimLease refuses a lease shorter than minClaimLease and warns about one shorter than
+// safeClaimLease.
+func checkClaimLease(lease time.Duration, logger watermill.LoggerAdapter) error {
+	if lease < minClaimLease {
+		return fmt.Errorf("--claim-lease %s is too short: it must be at least %s, or ids still being announced or dispatched "+
+			"are announced again on every claim", lease, minClaimLease)
+	}
+	if lease < safeClaimLease {
+		logger.Info("--claim-lease is shorter than an announcement or a failing forward may take; ids still being announced "+
+			"or dispatched may be announced again and delivered twice (never lost)",
+			watermill.LogFields{"claim_lease": lease, "recommended_at_least": safeClaimLease})
+	}
 	return nil
 }
 
