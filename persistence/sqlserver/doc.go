@@ -61,6 +61,19 @@
 // is kept, so a timeout committed late is still found (NServiceBus#3500). Because claims use
 // OUTPUT without INTO, the table must have no triggers.
 //
+// # Batches
+//
+// The satellites store, look up and remove many timeouts at once with StoreMany, PeekMany and
+// RemoveMany (satellites.BatchStore), below the 2,100 parameters a request may carry: StoreMany
+// sends 250 timeouts per statement (Store's insert guarded by NOT EXISTS, over a table value
+// constructor, OUTPUT returning the ids it inserted), PeekMany and RemoveMany 500 ids (RemoveMany
+// with OUTPUT deleted.Id). Batches of more than one statement run in one transaction and one
+// commit, and again when SQL Server chose them as a deadlock victim (1205). A StoreMany
+// statement that meets the primary key (another caller stored one of its ids since NOT EXISTS
+// looked) is run again, and finds that id stored; this relies on SET XACT_ABORT OFF, the
+// default, under which such an error undoes the statement alone. Ids no timeout can have (see
+// Values) are looked up and removed in no statement.
+//
 // # Values
 //
 // Times are kept as datetime2 in UTC. They travel as datetimeoffset at +00:00, which the driver

@@ -87,6 +87,10 @@ func TestStatementsParse(t *testing.T) {
 		"stats":                 nil,
 		"list":                  {"limit"},
 		"listByOwner":           {"limit", "owner"},
+		"storeMany(2)": {"destination0", "destination1", "due0", "due1", "failureCount0", "failureCount1",
+			"headers0", "headers1", "id0", "id1", "owner0", "owner1", "state0", "state1"},
+		"peekMany(2)":   {"id0", "id1"},
+		"removeMany(2)": {"id0", "id1"},
 	}
 	for name, config := range goldenCases() {
 		t.Run(name, func(t *testing.T) {
@@ -212,6 +216,9 @@ func TestResultColumns(t *testing.T) {
 		"stats":                 {"COUNT(*)", "TODATETIMEOFFSET(MIN(Time),0)", "TODATETIMEOFFSET(MAX(Time),0)"},
 		"list":                  {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "Headers", "RetryCount"},
 		"listByOwner":           {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "Headers", "RetryCount"},
+		"storeMany(2)":          {"inserted.Id"},
+		"peekMany(2)":           {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "State", "Headers", "RetryCount"},
+		"removeMany(2)":         {"deleted.Id"},
 	}
 	for _, st := range statements(q) {
 		got, err := resultColumns(st.sql)

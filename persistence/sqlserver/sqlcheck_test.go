@@ -14,7 +14,7 @@ func keywords() map[string]bool {
 	return wordSet(`
 	AND AS BEGIN BY CAST COLLATE COUNT CREATE DECLARE DEFAULT DELETE END EXEC EXISTS FROM IF IN INDEX
 	INSERT INTO IS KEY MAX MIN NOT NULL OBJECT_ID ON ORDER OUTPUT PRIMARY READPAST ROWLOCK SCHEMA
-	SCHEMA_ID SELECT SET TABLE RAISERROR TODATETIMEOFFSET TOP UPDATE UPDLOCK WHERE WITH
+	SCHEMA_ID SELECT SET TABLE RAISERROR TODATETIMEOFFSET TOP UPDATE UPDLOCK VALUES WHERE WITH
 	INT datetime2 datetimeoffset nvarchar varbinary
 	Latin1_General_100_BIN2`)
 }
@@ -25,8 +25,11 @@ func catalogNames() []string {
 	return []string{"sys", "objects", "indexes", "object_id", "name", "type", "sp_getapplock"}
 }
 
-// localNames are names the statements give themselves: the claim's CTE and OUTPUT's row.
-func localNames() []string { return []string{"claimable", "inserted"} }
+// localNames are names the statements give themselves: the claim's CTE, OUTPUT's rows, and
+// StoreMany's rows (fresh, with their Due) and the table it looks them up in (stored).
+func localNames() []string {
+	return []string{"claimable", "inserted", "deleted", "fresh", "Due", "stored"}
+}
 
 // reservedKeywords are SQL Server's reserved keywords, which a column may be named only if it is
 // always bracketed. The store's columns are not, so none may be one.
@@ -78,6 +81,10 @@ func statements(q queries) []namedSQL {
 		{"stats", q.stats},
 		{"list", q.list},
 		{"listByOwner", q.listByOwner},
+		// The batch statements are made for each number of rows or ids; checked for two.
+		{"storeMany(2)", q.storeMany(2)},
+		{"peekMany(2)", q.peekMany(2)},
+		{"removeMany(2)", q.removeMany(2)},
 	}
 }
 
@@ -267,23 +274,28 @@ func shape(sql string, names ...string) (string, error) {
 	return strings.Join(parts, " "), nil
 }
 
-// resultColumns returns the expressions of the result set a statement returns: the select list
-// of its last SELECT, or its OUTPUT list. Statements that return no rows give nil.
+// resultColumns returns the expressions of the result set a statement returns: its OUTPUT list,
+// or else the select list of its last SELECT. Statements that return no rows give nil.
 func resultColumns(sql string) ([]string, error) {
 	toks, err := lex(sql)
 	if err != nil {
 		return nil, err
 	}
-	start, depth := -1, 0
+	start, output, depth := -1, -1, 0
 	for i, tok := range toks {
 		switch {
 		case tok.text == "(":
 			depth++
 		case tok.text == ")":
 			depth--
-		case depth == 0 && (isWord(tok, "SELECT") || isWord(tok, "OUTPUT")):
+		case depth == 0 && isWord(tok, "SELECT"):
 			start = i + 1
+		case depth == 0 && isWord(tok, "OUTPUT"):
+			output = i + 1
 		}
+	}
+	if output >= 0 { // INSERT ... OUTPUT ... SELECT returns the OUTPUT list
+		start = output
 	}
 	if start < 0 {
 		return nil, nil
@@ -297,7 +309,7 @@ func resultColumns(sql string) ([]string, error) {
 	)
 	depth = 0
 	for _, tok := range toks[start:] {
-		if depth == 0 && (tok.text == ";" || isWord(tok, "FROM") || isWord(tok, "WHERE")) {
+		if depth == 0 && (tok.text == ";" || isWord(tok, "FROM") || isWord(tok, "WHERE") || isWord(tok, "SELECT")) {
 			break
 		}
 		switch tok.text {

@@ -39,6 +39,10 @@ func fakeAnswer(q queries, due time.Time) func(c call) answer {
 			return rowsOf([]driver.Value{int64(1), due, due})
 		case q.list, q.listByOwner:
 			return rowsOf([]driver.Value{"a", "orders", due, "o", persistence.EncodeMetadata(nil), int64(0)})
+		case q.storeMany(2), q.removeMany(2):
+			return rowsOf([]driver.Value{"a"}, []driver.Value{"b"})
+		case q.peekMany(2):
+			return rowsOf([]driver.Value{"a", "orders", due, "o", []byte("p"), persistence.EncodeMetadata(nil), int64(0)})
 		}
 		return answer{}
 	}
@@ -69,6 +73,15 @@ func exercise(t *testing.T, store *Store, due time.Time) {
 	_, err = store.List(ctx, persistence.ListOptions{})
 	require.NoError(t, err)
 	_, err = store.List(ctx, persistence.ListOptions{Owner: "o"})
+	require.NoError(t, err)
+	_, err = store.StoreMany(ctx, []persistence.Timeout{
+		{ID: "a", Destination: "orders", Due: due, Owner: "o", Payload: []byte("p")},
+		{ID: "b", Destination: "orders", Due: due},
+	})
+	require.NoError(t, err)
+	_, err = store.PeekMany(ctx, []string{"a", "b"})
+	require.NoError(t, err)
+	_, err = store.RemoveMany(ctx, []string{"a", "b"})
 	require.NoError(t, err)
 	require.NoError(t, store.SetupInfrastructure(ctx))
 }

@@ -5,6 +5,7 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence/mysql"
 	"github.com/timeoutmill/timeoutmill/persistence/postgres"
 	"github.com/timeoutmill/timeoutmill/persistence/sqlite"
+	"github.com/timeoutmill/timeoutmill/persistence/sqlserver"
 	"github.com/timeoutmill/timeoutmill/satellites"
 )
 
@@ -19,4 +20,5 @@ var (
 	_ satellites.BatchStore = (*sqlite.Store)(nil)
 	_ satellites.BatchStore = (*postgres.Store)(nil)
 	_ satellites.BatchStore = (*mysql.Store)(nil)
+	_ satellites.BatchStore = (*sqlserver.Store)(nil)
 )

@@ -96,3 +96,21 @@ ORDER BY Time, Id
 SELECT TOP (@limit) Id, Destination, TODATETIMEOFFSET(Time, 0), Owner, Headers, RetryCount FROM [dbo].[orders.timeouts]
 WHERE Owner = @owner ORDER BY Time, Id
 
+-- name: storeMany(2)
+INSERT INTO [dbo].[orders.timeouts] (Id, Destination, State, Time, Headers, RetryCount, AvailableAt, Owner)
+OUTPUT inserted.Id
+SELECT fresh.Id, fresh.Destination, fresh.State, CAST(fresh.Due AS datetime2(7)), fresh.Headers, fresh.RetryCount, CAST(fresh.Due AS datetime2(7)), fresh.Owner
+FROM (VALUES
+	(@id0, @destination0, @state0, @due0, @headers0, @failureCount0, @owner0),
+	(@id1, @destination1, @state1, @due1, @headers1, @failureCount1, @owner1)
+) AS fresh (Id, Destination, State, Due, Headers, RetryCount, Owner)
+WHERE NOT EXISTS (SELECT 1 FROM [dbo].[orders.timeouts] AS stored WHERE stored.Id = fresh.Id);
+
+-- name: peekMany(2)
+SELECT Id, Destination, TODATETIMEOFFSET(Time, 0), Owner, State, Headers, RetryCount FROM [dbo].[orders.timeouts] WHERE Id IN (@id0, @id1)
+
+-- name: removeMany(2)
+DELETE FROM [dbo].[orders.timeouts]
+OUTPUT deleted.Id
+WHERE Id IN (@id0, @id1);
+
