@@ -54,7 +54,8 @@ type DispatchConfig struct {
 	// MaxBatch bounds how many due timeouts are dispatched together when Store is a BatchStore
 	// and several dispatcher messages are handled at once (a subscriber with several consumers,
 	// or Watermill's GoChannel, which hands messages over without waiting for acks). Defaults to
-	// DefaultMaxBatch; 1 dispatches each message alone. A Forwarder dispatches each alone.
+	// DefaultMaxBatch; 1 dispatches each message alone. A Forwarder dispatches each alone unless
+	// it is a BatchForwarder, which forwards the batch in one step.
 	MaxBatch int
 }
 
@@ -103,8 +104,14 @@ func NewDispatch(cfg DispatchConfig, logger watermill.LoggerAdapter) (*Dispatch,
 	}
 	queue := wire.DispatcherQueue(cfg.Endpoint)
 	d := &Dispatch{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue})}
-	if store, ok := cfg.Store.(BatchStore); ok && cfg.Forwarder == nil && cfg.MaxBatch > 1 {
-		d.batcher = &batcher[due]{max: cfg.MaxBatch, handle: func(batch []*request[due]) { d.dispatchBatch(store, batch) }}
+	if store, ok := cfg.Store.(BatchStore); ok && cfg.MaxBatch > 1 {
+		fwd, batches := cfg.Forwarder.(BatchForwarder)
+		switch {
+		case cfg.Forwarder == nil:
+			d.batcher = &batcher[due]{max: cfg.MaxBatch, handle: func(batch []*request[due]) { d.dispatchBatch(store, batch) }}
+		case batches:
+			d.batcher = &batcher[due]{max: cfg.MaxBatch, handle: func(batch []*request[due]) { d.forwardBatch(store, fwd, batch) }}
+		}
 	}
 	return d, nil
 }

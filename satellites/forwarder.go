@@ -1,0 +1,115 @@
+package satellites
+
+import (
+	"context"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/wire"
+)
+
+// BatchForwarder is a Forwarder that also forwards many due timeouts in one step: a transport
+// sharing the store's database inserts the messages and deletes the timeouts in one transaction,
+// one commit for the batch instead of one per message, still exactly once. With one, and a
+// BatchStore, the dispatch satellite dispatches the due timeouts it is handling at the same
+// moment together: one PeekMany, one ForwardMany.
+type BatchForwarder interface {
+	Forwarder
+	// ForwardMany delivers each Forwarding's message to its timeout's destination and removes
+	// the timeouts, all in one step, and returns the ids of the timeouts it removed: it
+	// delivered those, and nothing for the others, which were gone already. On an error nothing
+	// was delivered or removed, except when the outcome of the final commit is unknown; the
+	// dispatch satellite then dispatches each alone, looking it up again first, so a timeout
+	// whose commit went through is found gone and not delivered twice.
+	ForwardMany(ctx context.Context, fs []Forwarding) (removed []string, err error)
+}
+
+// Forwarding is a due timeout and the message to deliver for it.
+type Forwarding struct {
+	Timeout persistence.Timeout
+	Message *message.Message
+}
+
+// forwardBatch dispatches the timeouts of batch together through a BatchForwarder: PeekMany,
+// then one ForwardMany. Whatever fails falls back to handleOne, which forwards each alone with
+// Forward, so that errors, retries, the error queue and breakers behave exactly as without
+// batching, and every forward stays exactly once.
+func (d *Dispatch) forwardBatch(store BatchStore, fwd BatchForwarder, batch []*request[due]) {
+	alone := func(x due) error { return d.handleOne(x.msg, x.id) }
+	if len(batch) == 1 {
+		batch[0].done <- alone(batch[0].item)
+		return
+	}
+	first, again := firstOfEach(batch, func(x due) string { return x.id })
+	defer eachAlone(again, alone) // they find their timeout gone
+
+	ids := make([]string, len(first))
+	for i, r := range first {
+		ids[i] = r.item.id
+	}
+	found, err := store.PeekMany(messageContext(first[0].item.msg), ids)
+	if err != nil {
+		d.logger.Debug("Looking up a batch of timeouts failed; dispatching them one by one", watermill.LogFields{"count": len(ids), "error": err.Error()})
+		eachAlone(first, alone)
+		return
+	}
+	byID := make(map[string]persistence.Timeout, len(found))
+	for _, t := range found {
+		byID[t.ID] = t
+	}
+
+	// The forward runs to its end even while the router shuts down (see handleOne); it is one
+	// transaction, so cutting it short would only undo it.
+	fwdCtx, cancel := context.WithTimeout(context.WithoutCancel(messageContext(first[0].item.msg)), afterForwardTimeout)
+	defer cancel()
+	var (
+		fs   []Forwarding
+		reqs = map[string]*request[due]{}
+	)
+	for _, r := range first {
+		t, ok := byID[r.item.id]
+		if !ok {
+			d.logger.Debug("Timeout already dispatched or cancelled", watermill.LogFields{"timeout_id": r.item.id})
+			r.done <- nil
+			continue
+		}
+		out := message.NewMessage(t.ID, t.Payload)
+		out.Metadata = withoutRoutingHeaders(t.Metadata, wire.IsRoutingHeader)
+		out.SetContext(fwdCtx)
+		fs = append(fs, Forwarding{Timeout: t, Message: out})
+		reqs[t.ID] = r
+	}
+	if len(fs) == 0 {
+		return
+	}
+	removed, err := fwd.ForwardMany(fwdCtx, fs)
+	if err != nil {
+		d.logger.Debug("Forwarding a batch of timeouts failed; forwarding them one by one", watermill.LogFields{"count": len(fs), "error": err.Error()})
+		var wg sync.WaitGroup
+		for _, f := range fs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := reqs[f.Timeout.ID]
+				r.done <- alone(r.item)
+			}()
+		}
+		wg.Wait()
+		return
+	}
+	gone := make(map[string]bool, len(removed))
+	for _, id := range removed {
+		gone[id] = true
+	}
+	for _, f := range fs {
+		if gone[f.Timeout.ID] {
+			d.dispatched(f.Timeout)
+		} else {
+			d.logger.Debug("Timeout already dispatched or cancelled; nothing forwarded", watermill.LogFields{"timeout_id": f.Timeout.ID})
+		}
+		reqs[f.Timeout.ID].done <- nil
+	}
+}
