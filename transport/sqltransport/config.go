@@ -69,23 +69,28 @@ type Config struct {
 	TablePrefix string
 
 	// PollInterval is how long a consumer that found its queue empty waits before it looks
-	// again. Defaults to 100 ms. It bounds the time a message waits in a table before it is
+	// again, unless a Publisher sharing its wake-ups (New, Publisher.NewSubscriber) commits rows
+	// to its topic first. Defaults to 100 ms. It bounds the time a message waits in a table before it is
 	// handed out, once per hop: a due timeout crosses two (the dispatcher queue, then its
 	// destination), so delayed delivery is late by about one PollInterval on average and two at
-	// worst. Each look is one short transaction per consumer and topic: at 100 ms an idle
-	// endpoint asks its database about 20 times a second per consumer.
+	// worst when the rows come from another process. An idle look is one short statement per
+	// consumer and topic: at 100 ms an idle endpoint asks its database about 20 times a second
+	// per consumer.
 	PollInterval time.Duration
 
-	// BatchSize is how many messages one consumer locks and hands out, one after the other, per
-	// transaction; acked messages are deleted when the batch ends. Defaults to 10. Larger
-	// batches spend fewer commits per message; smaller ones share a backlog more evenly between
-	// competing consumers and keep a message that is slow to handle from holding up fewer others.
+	// BatchSize is how many messages one consumer locks and hands out per transaction; acked
+	// messages are deleted when the batch ends. Defaults to 10, at most 1000. Larger batches
+	// spend fewer commits per message; smaller ones share a backlog more evenly between
+	// competing consumers and keep a message that is slow to handle from holding up fewer
+	// others. With Consumers above 1 a consumer hands its whole batch out at once, so BatchSize
+	// also bounds how many messages each consumer has in handlers at the same time.
 	BatchSize int
 
 	// Consumers is how many consumers each Subscribe starts on its topic. Each takes rows no
-	// other consumer holds (FOR UPDATE SKIP LOCKED), so n consumers let a router handle up to n
-	// messages of the topic at once, in no particular order. Defaults to 1: one at a time, in
-	// table order.
+	// other consumer holds (FOR UPDATE SKIP LOCKED). Defaults to 1: one message at a time, in
+	// table order. With n above 1 each consumer hands out its whole batch without waiting for
+	// acks, so a router handles up to n × BatchSize messages of the topic at once, in no
+	// particular order, and a batch costs one commit however long each message takes.
 	Consumers int
 
 	// AckDeadline is how long a handler may take to ack a message: after it the message's

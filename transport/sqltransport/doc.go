@@ -20,11 +20,19 @@
 //
 // Every topic is a table, named Config.TablePrefix + topic ("watermill_orders.Timeouts"), that
 // is created when first published to or subscribed to. Each row is one message: Publish inserts
-// rows, and a consumer takes the oldest rows no other consumer holds, in a READ COMMITTED
-// transaction with FOR UPDATE SKIP LOCKED, hands them out one at a time and ends each batch's
-// acked rows in that transaction. So every message reaches one consumer, however many instances
-// of an endpoint consume its Timeouts and TimeoutsDispatcher queues, competing instances share a
+// rows, and a consumer takes the oldest rows no other consumer holds, up to Config.BatchSize, in
+// a READ COMMITTED transaction with FOR UPDATE SKIP LOCKED, hands them out, and ends the acked
+// ones in that transaction. So every message reaches one consumer, however many instances of an
+// endpoint consume its Timeouts and TimeoutsDispatcher queues, competing instances share a
 // backlog without waiting for each other, and tables hold only what is waiting.
+//
+// With Config.Consumers 1 (the default) a consumer hands its batch out one message at a time,
+// each once the previous was acked, so a topic is handled in table order. With more, order is
+// not kept anyway, and each consumer hands out its whole batch at once: a router then handles up
+// to Consumers × BatchSize messages of the topic at the same moment, and a batch costs one
+// transaction and one commit however long its messages take. The timeout manager's satellites
+// gather the messages they handle at the same moment into one store call (the dispatch satellite
+// into one exactly-once transaction), so this is what lets a backlog drain in batches.
 //
 // On PostgreSQL acked rows are deleted in the batch's transaction. On MariaDB they are marked
 // acked, and each subscription deletes acked rows below the oldest unacked one every second:
@@ -46,9 +54,15 @@
 // # Polling
 //
 // A consumer that finds its table empty looks again after Config.PollInterval, 100 ms by
-// default. A due timeout crosses two queues (TimeoutsDispatcher, then its destination), each of
-// which may make it wait up to one interval, so it arrives on average about one interval late,
-// at worst two, plus the work. Measured with a steady stream of delayed messages on PostgreSQL
+// default, or at once when a Publisher in the same process commits rows to its topic: the
+// Publisher and Subscriber that New returns share these wake-ups, as do a Publisher and the
+// Subscribers made with Publisher.NewSubscriber, and an ExactlyOnceForwarder on that Publisher.
+// Rows written by other processes are found by polling. An idle consumer's look is one short
+// statement (is anything waiting?); the transaction that takes rows follows only when something
+// is. A due timeout crosses two queues (TimeoutsDispatcher, then its destination), each of which
+// may make it wait up to one interval when the producer is in another process, so it then
+// arrives on average about one interval late, at worst two, plus the work. Measured with a
+// steady stream of delayed messages on PostgreSQL, before the wake-ups
 // (acceptance/sql_measure_test.go, on a busy two-core machine):
 //
 //	PollInterval  lateness p50  p99      idle cost per instance (2 queues, 1 consumer each)
@@ -57,17 +71,21 @@
 //	250 ms        ~280 ms       ~650 ms  ~8 transactions/s
 //	1 s           ~1.0 s        ~2.0 s   ~2 transactions/s
 //
-// Each look is a short read-only transaction, so 100 ms costs little and keeps delayed delivery
-// within a few tenths of a second; 1 s, watermill-sql's own default, makes it a second late. A
-// queue with a backlog is read without waiting: a consumer looks again at once after a batch.
+// 100 ms costs little and keeps delayed delivery within a few tenths of a second; 1 s,
+// watermill-sql's own default, makes it a second late. A queue with a backlog is read without
+// waiting: a consumer looks again at once after a batch.
 //
 // # Exactly once
 //
 // NewExactlyOnceForwarder checks that the transport and the persistence/postgres store reach one
 // PostgreSQL database, and refuses anything else with ErrExactlyOnceUnsupported, saying why.
 // Its Forward deletes the timeout and inserts the message into its destination's table in one
-// transaction: committed together or not at all. Elsewhere delivery is at least once: the
-// dispatcher publishes, then removes, and a crash in between delivers the message again.
+// statement, so one transaction: committed together or not at all. ForwardMany does the same for
+// the batch of due timeouts the dispatch satellite handles at one moment: one DELETE, one INSERT
+// per destination, one commit, and only the messages of the timeouts it deleted are inserted, so
+// a dispatcher message delivered twice, or two instances racing, still forward once. Elsewhere
+// delivery is at least once: the dispatcher publishes, then removes, and a crash in between
+// delivers the message again.
 //
 // Consuming stays at least once in both modes: a consumer's deletes commit when its batch ends,
 // so a crash in the middle of a batch hands its messages out again. The timeout manager's

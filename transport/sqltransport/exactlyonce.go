@@ -5,11 +5,11 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill"
-	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/timeoutmill/timeoutmill/persistence"
@@ -39,6 +39,7 @@ type ExactlyOnceForwarder struct {
 	store  *postgres.Store
 	schema queueSchema
 	tables *tableCache
+	wake   *wakeups // the Publisher's: its subscribers' consumers take forwarded messages at once
 	logger watermill.LoggerAdapter
 
 	// beforeCommit, when set, runs after the publish and before the commit; an error rolls the
@@ -46,7 +47,7 @@ type ExactlyOnceForwarder struct {
 	beforeCommit func(ctx context.Context, tx *sql.Tx) error
 }
 
-var _ satellites.Forwarder = (*ExactlyOnceForwarder)(nil)
+var _ satellites.BatchForwarder = (*ExactlyOnceForwarder)(nil)
 
 // NewExactlyOnceForwarder returns the forwarder for a transport and a store that share one
 // PostgreSQL database: publisher must be this package's Publisher on PostgreSQL and store the
@@ -83,6 +84,7 @@ func NewExactlyOnceForwarder(ctx context.Context, publisher message.Publisher, s
 		store:  pg,
 		schema: pub.schema,
 		tables: pub.tables,
+		wake:   pub.wake,
 		logger: loggerOrNop(logger),
 	}, nil
 }
@@ -93,13 +95,73 @@ func NewExactlyOnceForwarder(ctx context.Context, publisher message.Publisher, s
 // database alone knows: the dispatch satellite then looks the timeout up again, and finds it
 // gone if the commit had gone through.
 func (f *ExactlyOnceForwarder) Forward(ctx context.Context, t persistence.Timeout, msg *message.Message) (removed bool, err error) {
-	// Creating a table inside the transaction could commit it implicitly: do it first.
-	if err := f.tables.ensure(ctx, t.Destination); err != nil {
-		return false, err
+	gone, err := f.forward(ctx, []satellites.Forwarding{{Timeout: t, Message: msg}})
+	if err != nil {
+		return false, fmt.Errorf("sqltransport: forwarding timeout %s to %q: %w", t.ID, t.Destination, err)
 	}
+	return len(gone) == 1, nil
+}
+
+// ForwardMany deletes the timeouts of fs from the store and publishes the messages of those it
+// deleted to their destinations, all in one transaction: one DELETE, one INSERT per destination,
+// one commit. It returns the ids it deleted; the others were gone already (dispatched by another
+// instance, or cancelled), and nothing is published for them. On an error nothing happened,
+// except when the commit itself failed, as for Forward.
+func (f *ExactlyOnceForwarder) ForwardMany(ctx context.Context, fs []satellites.Forwarding) (removed []string, err error) {
+	removed, err = f.forward(ctx, fs)
+	if err != nil {
+		return nil, fmt.Errorf("sqltransport: forwarding %d timeouts: %w", len(fs), err)
+	}
+	return removed, nil
+}
+
+func (f *ExactlyOnceForwarder) forward(ctx context.Context, fs []satellites.Forwarding) (removed []string, err error) {
+	if len(fs) == 0 {
+		return nil, nil
+	}
+	var destinations []string
+	byDestination := map[string][]satellites.Forwarding{}
+	ids := make([]string, len(fs))
+	for i, fw := range fs {
+		ids[i] = fw.Timeout.ID
+		if _, ok := byDestination[fw.Timeout.Destination]; !ok {
+			destinations = append(destinations, fw.Timeout.Destination)
+		}
+		byDestination[fw.Timeout.Destination] = append(byDestination[fw.Timeout.Destination], fw)
+	}
+	// Creating a table inside the transaction could commit it implicitly: do it first.
+	if err := f.tables.ensure(ctx, destinations...); err != nil {
+		return nil, err
+	}
+	inserts, args, err := f.inserts(destinations, byDestination)
+	if err != nil {
+		return nil, err
+	}
+	if f.beforeCommit == nil {
+		// One statement is one transaction: the deletes and the inserts commit together.
+		removed, err = f.store.RemoveManyWith(ctx, f.db, ids, inserts, args...)
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		if removed, err = f.forwardInTx(ctx, ids, inserts, args); err != nil {
+			return nil, err
+		}
+	}
+	if len(removed) > 0 {
+		for _, dest := range destinations {
+			f.wake.notify(dest)
+		}
+	}
+	return removed, nil
+}
+
+// forwardInTx runs the forwarding statement in a transaction of its own, and beforeCommit
+// before committing it: tests fail or crash there, between forwarding and committing.
+func (f *ExactlyOnceForwarder) forwardInTx(ctx context.Context, ids, inserts []string, args []any) ([]string, error) {
 	tx, err := f.db.BeginTx(ctx, nil)
 	if err != nil {
-		return false, fmt.Errorf("sqltransport: forwarding timeout %s: beginning the transaction: %w", t.ID, err)
+		return nil, fmt.Errorf("beginning the transaction: %w", err)
 	}
 	committed := false
 	defer func() {
@@ -107,29 +169,49 @@ func (f *ExactlyOnceForwarder) Forward(ctx context.Context, t persistence.Timeou
 			_ = tx.Rollback()
 		}
 	}()
-	removed, err = f.store.RemoveTx(ctx, tx, t.ID)
-	if err != nil || !removed {
-		return false, err
-	}
-	pub, err := wsql.NewPublisher(wsql.TxFromStdSQL(tx), wsql.PublisherConfig{SchemaAdapter: f.schema}, f.logger)
+	removed, err := f.store.RemoveManyWith(ctx, tx, ids, inserts, args...)
 	if err != nil {
-		return false, fmt.Errorf("sqltransport: forwarding timeout %s: %w", t.ID, err)
+		return nil, err
 	}
-	out := msg.Copy() // watermill-sql runs the insert with the message's context: make it ctx
-	out.SetContext(ctx)
-	if err := pub.Publish(t.Destination, out); err != nil {
-		return false, fmt.Errorf("sqltransport: forwarding timeout %s to %q: %w", t.ID, t.Destination, err)
-	}
-	if f.beforeCommit != nil {
-		if err := f.beforeCommit(ctx, tx); err != nil {
-			return false, err
-		}
+	if err := f.beforeCommit(ctx, tx); err != nil {
+		return nil, err
 	}
 	committed = true // a failed commit rolls back by itself
 	if err := tx.Commit(); err != nil {
-		return false, fmt.Errorf("sqltransport: forwarding timeout %s to %q: committing: %w", t.ID, t.Destination, err)
+		return nil, fmt.Errorf("committing: %w", err)
 	}
-	return true, nil
+	return removed, nil
+}
+
+// inserts returns, for each destination, the statement that inserts the messages of the
+// timeouts the forwarding statement removed (the table expression "removed"), in the order
+// given, and the statements' bind parameters, numbered from $2.
+func (f *ExactlyOnceForwarder) inserts(destinations []string, byDestination map[string][]satellites.Forwarding) ([]string, []any, error) {
+	var (
+		stmts []string
+		args  []any
+	)
+	for _, dest := range destinations {
+		group := byDestination[dest]
+		ids := make([]string, len(group))
+		uuids := make([]string, len(group))
+		payloads := make([][]byte, len(group))
+		metadata := make([]string, len(group))
+		for i, fw := range group {
+			md, err := json.Marshal(fw.Message.Metadata)
+			if err != nil {
+				return nil, nil, fmt.Errorf("encoding the metadata of message %s as JSON: %w", fw.Message.UUID, err)
+			}
+			ids[i], uuids[i], payloads[i], metadata[i] = fw.Timeout.ID, fw.Message.UUID, fw.Message.Payload, string(md)
+		}
+		n := len(args) + 2
+		stmts = append(stmts, fmt.Sprintf(`INSERT INTO %s ("uuid", "payload", "metadata")
+SELECT m.uuid, m.payload, m.metadata::json
+FROM unnest($%d::text[], $%d::text[], $%d::bytea[], $%d::text[]) WITH ORDINALITY AS m(id, uuid, payload, metadata, ord)
+WHERE m.id IN (SELECT id FROM removed) ORDER BY m.ord`, f.schema.quoted(dest), n, n+1, n+2, n+3))
+		args = append(args, ids, uuids, payloads, metadata)
+	}
+	return stmts, args, nil
 }
 
 // sameDatabase reports whether a and b reach one PostgreSQL database: an advisory lock is scoped

@@ -29,6 +29,7 @@ type Publisher struct {
 	schema queueSchema
 	tables *tableCache
 	pub    *wsql.Publisher
+	wake   *wakeups // consumers in this process sharing it look at once after a publish
 
 	// mu keeps Close from racing with Publish: watermill-sql's Publisher reads and writes its
 	// closed flag without synchronisation.
@@ -49,14 +50,14 @@ func NewPublisher(ctx context.Context, config Config, logger watermill.LoggerAda
 	if err != nil {
 		return nil, err
 	}
-	p, err := newPublisher(db, owns, config, loggerOrNop(logger))
+	p, err := newPublisher(db, owns, config, loggerOrNop(logger), newWakeups())
 	if err != nil && owns {
 		_ = db.Close()
 	}
 	return p, err
 }
 
-func newPublisher(db *sql.DB, owns bool, config Config, logger watermill.LoggerAdapter) (*Publisher, error) {
+func newPublisher(db *sql.DB, owns bool, config Config, logger watermill.LoggerAdapter, wake *wakeups) (*Publisher, error) {
 	n := config.names()
 	schema := queueSchema{names: n, batchSize: config.BatchSize}
 	pub, err := wsql.NewPublisher(wsql.BeginnerFromStdSQL(db), wsql.PublisherConfig{SchemaAdapter: schema}, logger)
@@ -70,6 +71,7 @@ func newPublisher(db *sql.DB, owns bool, config Config, logger watermill.LoggerA
 		schema: schema,
 		tables: newTableCache(db, n, config.SkipSchemaInitialization),
 		pub:    pub,
+		wake:   wake,
 	}, nil
 }
 
@@ -90,7 +92,17 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	if err := p.pub.Publish(topic, messages...); err != nil {
 		return fmt.Errorf("sqltransport: publishing %d message(s) to %q: %w", len(messages), topic, err)
 	}
+	p.wake.notify(topic)
 	return nil
+}
+
+// NewSubscriber returns a Subscriber as NewSubscriber does, whose idle consumers this Publisher
+// (and an ExactlyOnceForwarder on it) wakes when it commits rows to their topic, so that they
+// take them at once rather than at their next poll: for consumers in the same process as the
+// producer, the timeout manager's dispatch satellite for instance. New returns a pair linked so.
+// Rows that other processes write are found by polling, as always.
+func (p *Publisher) NewSubscriber(ctx context.Context, config Config, logger watermill.LoggerAdapter) (*Subscriber, error) {
+	return newSubscriber(ctx, config, logger, p.wake)
 }
 
 // DeclareEndpoint creates the tables of endpoint's timeout manager queues, Endpoint.Timeouts and

