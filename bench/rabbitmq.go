@@ -19,7 +19,8 @@ const (
 	// satellites need no order, so they handle several messages at once.
 	satelliteConsumers = 256
 	// receiverConsumers and receiverPrefetch make the destination's consumer (the application)
-	// fast enough not to be what is measured.
+	// fast enough not to be what is measured: sampled every 0.5 s through native drains of
+	// 20,000, the destination queue held no message.
 	receiverConsumers = 4
 	receiverPrefetch  = 256
 )
