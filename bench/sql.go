@@ -23,6 +23,10 @@ const (
 	sqlConsumers = 8
 	// sqlReceiverConsumers consume the destination.
 	sqlReceiverConsumers = 4
+	// sqlBatchSize is sqltransport.Config.BatchSize of every consumer: with several consumers
+	// each hands its whole batch out at once, so the dispatch satellite forwards up to
+	// sqlConsumers × sqlBatchSize due timeouts in a few exactly-once transactions.
+	sqlBatchSize = 100
 )
 
 // withParams adds runtime parameters to a PostgreSQL URL (pgx passes unknown ones to the server).
@@ -59,7 +63,7 @@ func sqlTransport() System {
 				return fail(err)
 			}
 			closers = append(closers, store.Close)
-			cfg := sqltransport.Config{Dialect: sqltransport.PostgreSQL, DSN: env.PostgresDSN, Schema: schema.name, Consumers: sqlConsumers}
+			cfg := sqltransport.Config{Dialect: sqltransport.PostgreSQL, DSN: env.PostgresDSN, Schema: schema.name, Consumers: sqlConsumers, BatchSize: sqlBatchSize}
 			pub, sub, err := sqltransport.New(ctx, cfg, env.logger())
 			if err != nil {
 				return fail(err)
@@ -78,7 +82,8 @@ func sqlTransport() System {
 			}
 			recvCfg := cfg
 			recvCfg.Consumers = sqlReceiverConsumers
-			recv, err := sqltransport.NewSubscriber(ctx, recvCfg, env.logger())
+			// The receiver is in this process: the publisher wakes it when it forwards messages.
+			recv, err := pub.NewSubscriber(ctx, recvCfg, env.logger())
 			if err != nil {
 				return fail(err)
 			}
@@ -100,7 +105,8 @@ func sqlTransport() System {
 				Arrivals: arrivals,
 				Pending:  pendingOf(store),
 				Close:    closers.run,
-				Notes:    []string{fmt.Sprintf("%d consumers per satellite queue, poll %s", sqlConsumers, sqltransport.DefaultPollInterval)},
+				Notes: []string{fmt.Sprintf("%d consumers per satellite queue, %d on the destination, BatchSize %d, poll %s; receiver woken by the publisher (Publisher.NewSubscriber)",
+					sqlConsumers, sqlReceiverConsumers, sqlBatchSize, sqltransport.DefaultPollInterval)},
 			}, nil
 		},
 	}
