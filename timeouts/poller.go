@@ -14,8 +14,8 @@ import (
 
 // poller claims due timeouts and announces their ids on the dispatcher queue. It claims
 // everything due and not leased rather than keeping a watermark, so a timeout committed late is
-// never missed (NServiceBus#3500); it claims again at once after a full batch, so backlogs drain
-// at full speed; otherwise it sleeps until the next due time or PollInterval, whichever is
+// never missed (NServiceBus#3500); it claims again at once after a full batch, while that batch
+// is still being announced, so backlogs drain at full speed; otherwise it sleeps until the next due time or PollInterval, whichever is
 // sooner, and wake wakes it early for a newly stored, earlier timeout.
 type poller struct {
 	store      persistence.Store
@@ -29,14 +29,25 @@ type poller struct {
 	onAnnounce func(n int)
 
 	wakeCh chan struct{}
-	mu     sync.Mutex
+	// slots holds a token per batch claimed and not yet announced; claiming waits for a free one,
+	// so the poller claims the next batch while the previous one is being announced, and never
+	// more than maxAnnouncing batches ahead of the dispatcher queue.
+	slots      chan struct{}
+	announcing sync.WaitGroup
+	mu         sync.Mutex
 	// plannedWake is when the sleeping poller will look again; zero while it is working, when any
 	// store must wake it, because the Next it read may predate that store.
 	plannedWake time.Time
 }
 
+// maxAnnouncing bounds the claimed batches being announced at once. Two let the next claim run
+// while the broker confirms the previous announcement, which a backlog's drain waited for in
+// turns; more would only hold more ids leased in memory.
+const maxAnnouncing = 2
+
 func (p *poller) init() {
 	p.wakeCh = make(chan struct{}, 1)
+	p.slots = make(chan struct{}, maxAnnouncing)
 }
 
 // wake tells the poller a timeout due at due was stored.
@@ -53,8 +64,9 @@ func (p *poller) wake(due time.Time) {
 	}
 }
 
-// run polls until ctx is done.
+// run polls until ctx is done, then waits for the announcements in flight.
 func (p *poller) run(ctx context.Context) {
+	defer p.announcing.Wait()
 	for ctx.Err() == nil {
 		p.setPlanned(time.Time{})
 		next, ok := p.poll(ctx)
@@ -65,12 +77,18 @@ func (p *poller) run(ctx context.Context) {
 	}
 }
 
-// poll claims and announces one batch. It returns when to look again, or ok == false to look
-// again at once.
+// poll claims one batch and starts announcing it. It returns when to look again, or ok == false
+// to look again at once.
 func (p *poller) poll(ctx context.Context) (next time.Time, ok bool) {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return time.Time{}, false
+	}
 	now := time.Now()
 	ids, err := p.store.ClaimDue(ctx, now, p.batch, p.lease)
 	if err != nil {
+		<-p.slots
 		if ctx.Err() == nil {
 			p.logger.Error("Claiming due timeouts failed", err, nil)
 			p.fetch.Failure(ctx, err)
@@ -78,18 +96,15 @@ func (p *poller) poll(ctx context.Context) (next time.Time, ok bool) {
 		return time.Time{}, false
 	}
 	p.fetch.Success()
-	if len(ids) > 0 {
-		if err := p.announce(ctx, ids); err != nil {
-			if ctx.Err() == nil {
-				p.logger.Error("Announcing due timeouts failed; they are claimed again when their lease runs out", err,
-					watermill.LogFields{"count": len(ids), "lease": p.lease})
-				p.dispatch.Failure(ctx, err)
-			}
-			return time.Time{}, false
-		}
-		if p.onAnnounce != nil {
-			p.onAnnounce(len(ids))
-		}
+	if len(ids) == 0 {
+		<-p.slots
+	} else {
+		p.announcing.Add(1)
+		go func() {
+			defer p.announcing.Done()
+			defer func() { <-p.slots }()
+			p.announceClaimed(ctx, ids)
+		}()
 		if len(ids) == p.batch {
 			return time.Time{}, false
 		}
@@ -128,6 +143,22 @@ func (p *poller) setPlanned(at time.Time) {
 	p.mu.Lock()
 	p.plannedWake = at
 	p.mu.Unlock()
+}
+
+// announceClaimed announces a claimed batch. A failure leaves its ids leased: they are claimed
+// again when the lease runs out.
+func (p *poller) announceClaimed(ctx context.Context, ids []string) {
+	if err := p.announce(ctx, ids); err != nil {
+		if ctx.Err() == nil {
+			p.logger.Error("Announcing due timeouts failed; they are claimed again when their lease runs out", err,
+				watermill.LogFields{"count": len(ids), "lease": p.lease})
+			p.dispatch.Failure(ctx, err)
+		}
+		return
+	}
+	if p.onAnnounce != nil {
+		p.onAnnounce(len(ids))
+	}
 }
 
 // announceTimeout bounds announcing a claimed batch.
