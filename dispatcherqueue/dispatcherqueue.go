@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -43,8 +44,25 @@ func Decode(msg *message.Message) (string, error) {
 	return id, nil
 }
 
+// announcementKey marks the context of the messages PublishDue publishes.
+type announcementKey struct{}
+
+// IsAnnouncement reports whether ctx is the context of a message PublishDue publishes: an
+// announcement of a due id, which may be lost without losing the timeout, since the store keeps
+// it and the poller claims it again when its lease runs out. A transport may therefore publish
+// such a message without making it durable (amqptransport does, unless told otherwise).
+func IsAnnouncement(ctx context.Context) bool {
+	v, _ := ctx.Value(announcementKey{}).(bool)
+	return v
+}
+
 // DefaultBatchSize is how many ids Publisher hands the underlying publisher in one call.
 const DefaultBatchSize = 100
+
+// maxParallelBatches bounds the calls one PublishDue makes to the underlying publisher at once.
+// A publisher that waits for the broker's confirms (amqptransport) takes about a round trip per
+// call whatever its size; side by side, the batches of a claim cost one round trip, not one each.
+const maxParallelBatches = 4
 
 // Publisher publishes due ids to one endpoint's dispatcher queue.
 type Publisher struct {
@@ -66,9 +84,18 @@ func NewPublisher(pub message.Publisher, endpoint string, batchSize int) *Publis
 func (p *Publisher) Topic() string { return p.topic }
 
 // PublishDue publishes one message per id, batchSize messages per call to the underlying
-// publisher. On error, the ids of failed batches are not announced; their claims' leases will run
+// publisher (which Watermill requires to be safe for concurrent use), up to maxParallelBatches
+// calls at once; the ids' order is not kept across batches. It returns once every call has
+// returned. On error, the ids of failed batches are not announced; their claims' leases will run
 // out and the poller claims them again.
 func (p *Publisher) PublishDue(ctx context.Context, ids []string) error {
+	ctx = context.WithValue(ctx, announcementKey{}, true)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		sem  = make(chan struct{}, maxParallelBatches)
+	)
 	for start := 0; start < len(ids); start += p.batchSize {
 		end := min(start+p.batchSize, len(ids))
 		msgs := make([]*message.Message, 0, end-start)
@@ -77,9 +104,34 @@ func (p *Publisher) PublishDue(ctx context.Context, ids []string) error {
 			m.SetContext(ctx)
 			msgs = append(msgs, m)
 		}
-		if err := p.pub.Publish(p.topic, msgs...); err != nil {
-			return fmt.Errorf("publishing %d due ids to %s: %w", len(msgs), p.topic, err)
+		if end == len(ids) && len(sem) == 0 {
+			// The last (or only) batch, with nothing else in flight: no goroutine needed.
+			if err := p.publish(msgs); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			break
 		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := p.publish(msgs); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (p *Publisher) publish(msgs []*message.Message) error {
+	if err := p.pub.Publish(p.topic, msgs...); err != nil {
+		return fmt.Errorf("publishing %d due ids to %s: %w", len(msgs), p.topic, err)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -530,5 +531,37 @@ func TestCloseWithUnreadMessagesReturnsThemToTheQueue(t *testing.T) {
 		}
 		require.Eventually(t, func() bool { return b.count(t, q) == len(batch) }, 10*time.Second, 50*time.Millisecond,
 			"every message back on the queue")
+	}
+}
+
+// TestAnnouncementsAreTransientUnlessConfigured shows the delivery mode of what the Publisher
+// sends: the poller's announcements of due ids are transient by default, persistent with
+// PersistentAnnouncements; every other message is persistent either way, and an announcement
+// still carries its id as payload.
+func TestAnnouncementsAreTransientUnlessConfigured(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tc := range []struct {
+		name       string
+		persistent bool
+		want       uint8
+	}{
+		{"default", false, amqp.Transient},
+		{"PersistentAnnouncements", true, amqp.Persistent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			config := b.config
+			config.PersistentAnnouncements = tc.persistent
+			pub := newPublisher(t, config)
+			announcer := dispatcherqueue.NewPublisher(pub, b.queue("E"), 0)
+			require.NoError(t, announcer.PublishDue(t.Context(), []string{"timeout-1"}))
+			d := b.get(t, announcer.Topic())
+			require.Equal(t, tc.want, d.DeliveryMode, "announcement")
+			require.Equal(t, "timeout-1", string(d.Body))
+
+			require.NoError(t, pub.Publish(b.queue("a"), message.NewMessage(watermill.NewUUID(), []byte("due message"))))
+			d = b.get(t, b.queue("a"))
+			require.Equal(t, uint8(amqp.Persistent), d.DeliveryMode, "any other message")
+		})
 	}
 }

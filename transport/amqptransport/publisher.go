@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -27,7 +28,8 @@ const maxQueueName = 255
 // Publisher publishes Watermill messages to durable queues named as their topics, as persistent
 // messages, on a connection of its own that watermill-amqp keeps up. Publish returns once the
 // broker has confirmed every message (publisher confirms: for persistent messages on durable
-// queues, written to disk).
+// queues, written to disk; the poller's announcements of due ids are transient unless
+// Config.PersistentAnnouncements is set, and confirmed without waiting for the disk).
 //
 // One Publish call sends its messages in order on one channel of the pool and then waits for
 // their confirms together, so a batch costs about one round trip, not one per message
@@ -44,6 +46,8 @@ type Publisher struct {
 	declarer  *declarer
 	marshaler Marshaler
 	logger    watermill.LoggerAdapter
+	// transientAnnouncements publishes dispatcherqueue announcements as transient messages.
+	transientAnnouncements bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -68,6 +72,8 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 		pool:     newChannelPool(conn, config.ChannelPoolSize),
 		declarer: newDeclarer(conn, config.QueueArguments),
 		logger:   logger,
+
+		transientAnnouncements: !config.PersistentAnnouncements,
 	}, nil
 }
 
@@ -104,6 +110,9 @@ func (p *Publisher) publish(ctx context.Context, topic string, messages []*messa
 		publishing, err := p.marshaler.Marshal(msg)
 		if err != nil {
 			return fmt.Errorf("marshaling message %s: %w", msg.UUID, err)
+		}
+		if p.transientAnnouncements && dispatcherqueue.IsAnnouncement(msg.Context()) {
+			publishing.DeliveryMode = amqp.Transient
 		}
 		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, "", topic, false, false, publishing)
 		if err != nil {

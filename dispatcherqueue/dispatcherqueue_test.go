@@ -1,0 +1,95 @@
+package dispatcherqueue_test
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+)
+
+// recorder is a message.Publisher that records what it was given, can fail chosen batches, and
+// counts the calls running at once.
+type recorder struct {
+	mu      sync.Mutex
+	topics  map[string]bool
+	ids     []string
+	running int
+	peak    int
+	fail    func(first string) bool
+}
+
+func (r *recorder) Publish(topic string, msgs ...*message.Message) error {
+	r.mu.Lock()
+	r.running++
+	r.peak = max(r.peak, r.running)
+	r.topics[topic] = true
+	r.mu.Unlock()
+	time.Sleep(5 * time.Millisecond) // a broker's round trip, so calls overlap
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.running--
+	if r.fail != nil && r.fail(string(msgs[0].Payload)) {
+		return errors.New("broker said no")
+	}
+	for _, m := range msgs {
+		if !dispatcherqueue.IsAnnouncement(m.Context()) {
+			return errors.New("an announcement's context does not say so")
+		}
+		id, err := dispatcherqueue.Decode(m)
+		if err != nil {
+			return err
+		}
+		r.ids = append(r.ids, id)
+	}
+	return nil
+}
+
+func (r *recorder) Close() error { return nil }
+
+func ids(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "id-" + string(rune('a'+i/26)) + string(rune('a'+i%26))
+	}
+	return out
+}
+
+func TestPublishDueAnnouncesEveryIDOnce(t *testing.T) {
+	for _, n := range []int{0, 1, 99, 100, 101, 500, 677} {
+		rec := &recorder{topics: map[string]bool{}}
+		p := dispatcherqueue.NewPublisher(rec, "orders", 100)
+		want := ids(n)
+		require.NoError(t, p.PublishDue(t.Context(), want))
+		got := slices.Clone(rec.ids)
+		slices.Sort(got)
+		require.Equal(t, len(want), len(got), "n=%d", n)
+		if n > 0 {
+			require.Equal(t, want, got, "n=%d", n)
+			require.Equal(t, map[string]bool{"orders.TimeoutsDispatcher": true}, rec.topics)
+		}
+		require.LessOrEqual(t, rec.peak, 4, "calls at once")
+		if n > 100 {
+			require.Greater(t, rec.peak, 1, "batches are published side by side")
+		}
+	}
+}
+
+func TestPublishDueReportsFailedBatches(t *testing.T) {
+	rec := &recorder{topics: map[string]bool{}, fail: func(first string) bool { return first == ids(300)[100] }}
+	p := dispatcherqueue.NewPublisher(rec, "orders", 100)
+	err := p.PublishDue(t.Context(), ids(300))
+	require.ErrorContains(t, err, "broker said no")
+	require.Len(t, rec.ids, 200, "the other batches are announced; the failed one's leases run out")
+	require.NotContains(t, rec.ids, ids(300)[100])
+}
+
+func TestIsAnnouncement(t *testing.T) {
+	require.False(t, dispatcherqueue.IsAnnouncement(t.Context()))
+	require.False(t, dispatcherqueue.IsAnnouncement(message.NewMessage("x", nil).Context()))
+}
