@@ -100,8 +100,9 @@ func ParseRoutingKey(key string) (seconds uint32, destination string, err error)
 
 // ValidateDestination checks that destination can end a routing key and name a queue bound to
 // the delivery exchange: not empty, valid UTF-8 without control characters, at most
-// MaxDestinationLength bytes, and no dot-separated word that is "*" or "#" (in the binding
-// "#.<destination>" such a word would be a wildcard and catch other destinations' messages).
+// MaxDestinationLength bytes, and no dot-separated word that is "*" or "#" (in the destination's
+// binding, DestinationBindingKey, such a word would be a wildcard and catch other destinations'
+// messages).
 func ValidateDestination(destination string) error {
 	switch {
 	case destination == "":
