@@ -80,9 +80,12 @@ DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hang_commit()`)
 
 		id := schedule(t, n, dest, 300*time.Millisecond)
 		var pid int
+		// The forward commits with COMMIT, or, as one statement that deletes the timeouts and
+		// inserts their messages, at the end of that statement.
+		forwarding := `WITH removed AS (DELETE FROM "` + e.schema + `".%`
 		require.Eventually(t, func() bool {
 			err := e.db.QueryRowContext(context.Background(), `SELECT pid FROM pg_stat_activity
-WHERE datname = current_database() AND wait_event = 'PgSleep' AND lower(query) LIKE 'commit%'`).Scan(&pid)
+WHERE datname = current_database() AND wait_event = 'PgSleep' AND (lower(query) LIKE 'commit%' OR query LIKE $1)`, forwarding).Scan(&pid)
 			return err == nil
 		}, lateBound, 20*time.Millisecond, "a forward hanging in its commit")
 		// Replace the trigger's function first (DROP TRIGGER would wait for the hanging
