@@ -16,9 +16,10 @@ const nativePrefix = "timeoutbench"
 // other (native/rabbitmq), with its default quorum queues.
 //
 // A backlog message published s seconds (rounded up) before its due time waits in one level
-// queue per set bit of s, so it is dead-lettered popcount(s) times (1 to 3 for the 2–8 s this
-// backlog's messages wait; the "2 hops" dead-letter ceiling is the raw path of two), the last
-// time at the due time or up to a second after it (whole seconds, rounded up). Each
+// queue per set bit of s, so it is dead-lettered popcount(s) times (1 to 4 for the 2 to 16 s
+// this backlog's messages wait, depending on how fast the pilot published; the "2 hops"
+// dead-letter ceiling is the raw path of two), the last time at the due time or up to a second
+// after it (whole seconds, rounded up). Each
 // dead-lettering from level L is routed through the topic exchanges of levels L−1 … 0 and the
 // delivery exchange on a 29-word routing key, where the raw path uses the default exchange: on
 // RabbitMQ 3.10 that routing, done by each quorum queue's dead-letter worker, is most of the
@@ -52,7 +53,7 @@ func nativeRabbitMQ() System {
 				Arrivals: arrivals,
 				Close:    closers.run,
 				Notes: []string{fmt.Sprintf("%s level queues, delays in whole seconds rounded up", pub.Topology().QueueType()),
-					"each message is dead-lettered once per set bit of its delay in seconds (1–3 here; see the 2-hop ceiling), each time routed through topic exchanges"},
+					"each message is dead-lettered once per set bit of its delay in seconds (1–4 here; see the 2-hop ceiling), each time routed through topic exchanges"},
 			}, nil
 		},
 	}
