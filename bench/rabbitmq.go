@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/timeoutmill/timeoutmill/internal/connect"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -16,7 +17,11 @@ import (
 // Settings of the RabbitMQ scenarios.
 const (
 	// satelliteConsumers is amqptransport.Config.Consumers of the timeout manager's queues: the
-	// satellites need no order, so they handle several messages at once.
+	// satellites need no order, so they handle several messages at once. watermill-amqp hands a
+	// consumer its next message only once the previous one was acked, so the consumers bound the
+	// batches the satellites form: 256 is satellites.DefaultMaxBatch, and amqptransport's
+	// maximum. It is a library user's documented setting; the timeoutmill service runs
+	// connect.ServiceConsumers (8), which the note says beside the figure.
 	satelliteConsumers = 256
 	// receiverConsumers and receiverPrefetch make the destination's consumer (the application)
 	// fast enough not to be what is measured: sampled every 0.5 s through native drains of
@@ -113,7 +118,8 @@ func rabbitMQPostgres() System {
 				Arrivals: arrivals,
 				Pending:  pendingOf(store),
 				Close:    closers.run,
-				Notes:    []string{fmt.Sprintf("%d consumers per satellite queue", satelliteConsumers)},
+				Notes: []string{fmt.Sprintf("%d consumers per satellite queue (amqptransport.Config.Consumers; the timeoutmill service runs %d)",
+					satelliteConsumers, connect.ServiceConsumers)},
 			}, nil
 		},
 	}
