@@ -534,24 +534,24 @@ func TestCloseWithUnreadMessagesReturnsThemToTheQueue(t *testing.T) {
 	}
 }
 
-// TestAnnouncementsAreTransientUnlessConfigured shows the delivery mode of what the Publisher
+// TestAnnouncementsAreTransientOnlyWhenConfigured shows the delivery mode of what the Publisher
 // sends: the poller's announcements of due ids are transient by default, persistent with
 // PersistentAnnouncements; every other message is persistent either way, and an announcement
 // still carries its id as payload.
-func TestAnnouncementsAreTransientUnlessConfigured(t *testing.T) {
+func TestAnnouncementsAreTransientOnlyWhenConfigured(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	for _, tc := range []struct {
-		name       string
-		persistent bool
-		want       uint8
+		name      string
+		transient bool
+		want      uint8
 	}{
-		{"default", false, amqp.Transient},
-		{"PersistentAnnouncements", true, amqp.Persistent},
+		{"default", false, amqp.Persistent},
+		{"TransientAnnouncements", true, amqp.Transient},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			config := b.config
-			config.PersistentAnnouncements = tc.persistent
+			config.TransientAnnouncements = tc.transient
 			pub := newPublisher(t, config)
 			announcer := dispatcherqueue.NewPublisher(pub, b.queue("E"), 0)
 			require.NoError(t, announcer.PublishDue(t.Context(), []string{"timeout-1"}))

@@ -20,9 +20,9 @@
 // Every topic is a durable queue of the same name on the default exchange: orders.Timeouts,
 // orders.TimeoutsDispatcher, error, and each destination. Queues give each message to one
 // consumer, so several instances of an endpoint share its satellite queues. Messages are
-// persistent, except the poller's announcements of due ids (transient unless
-// Config.PersistentAnnouncements is set: a lost one is claimed again when its lease runs out), and
-// every Publish waits for the broker's publisher confirms. The Subscriber is
+// persistent (Config.TransientAnnouncements makes the poller's announcements of due ids
+// transient: a lost one is claimed again when its lease runs out), and every Publish waits for
+// the broker's publisher confirms. The Subscriber is
 // watermill-amqp's; the Publisher publishes on watermill-amqp's connection (and so reconnects
 // with it) through a channel pool of its own, which sends all of a Publish call's messages before
 // waiting for their confirms: watermill-amqp's publisher waits for each message's confirm before

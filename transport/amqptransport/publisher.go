@@ -28,8 +28,8 @@ const maxQueueName = 255
 // Publisher publishes Watermill messages to durable queues named as their topics, as persistent
 // messages, on a connection of its own that watermill-amqp keeps up. Publish returns once the
 // broker has confirmed every message (publisher confirms: for persistent messages on durable
-// queues, written to disk; the poller's announcements of due ids are transient unless
-// Config.PersistentAnnouncements is set, and confirmed without waiting for the disk).
+// queues, written to disk; with Config.TransientAnnouncements, the poller's announcements of due
+// ids are transient and confirmed without waiting for the disk).
 //
 // One Publish call sends its messages in order on one channel of the pool and then waits for
 // their confirms together, so a batch costs about one round trip, not one per message
@@ -73,7 +73,7 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 		declarer: newDeclarer(conn, config.QueueArguments),
 		logger:   logger,
 
-		transientAnnouncements: !config.PersistentAnnouncements,
+		transientAnnouncements: config.TransientAnnouncements,
 	}, nil
 }
 
