@@ -39,9 +39,13 @@ const DefaultMaxBatch = 256
 // maxBatchers bounds the batches a satellite handles at once: while one waits on the store or the
 // broker, the next gathers the messages that arrived meanwhile. A second batch starts only for
 // minParallelBatch waiting messages; fewer wait for the running batch, which takes no longer than
-// a small batch would, so that small batches do not multiply round trips.
+// a small batch would, so that small batches do not multiply round trips. On a broker the
+// dispatch satellite's batches spend most of their time waiting for the confirms of their
+// forwards, so several wait side by side: 20,000 timeouts due at once on RabbitMQ + PostgreSQL
+// drained at 3,550–4,170/s with 8 against 3,420–4,150/s with 2 (timeoutbench, nine and five
+// runs, back to back).
 const (
-	maxBatchers      = 2
+	maxBatchers      = 8
 	minParallelBatch = 16
 )
 
