@@ -15,8 +15,9 @@ import (
 // poller claims due timeouts and announces their ids on the dispatcher queue. It claims
 // everything due and not leased rather than keeping a watermark, so a timeout committed late is
 // never missed (NServiceBus#3500); it claims again at once after a full batch, while that batch
-// is still being announced, so backlogs drain at full speed; otherwise it sleeps until the next due time or PollInterval, whichever is
-// sooner, and wake wakes it early for a newly stored, earlier timeout.
+// is still being announced, so backlogs drain at full speed; otherwise it sleeps until the next
+// due time or PollInterval, whichever is sooner, and wake wakes it early for a newly stored,
+// earlier timeout.
 type poller struct {
 	store      persistence.Store
 	announcer  *dispatcherqueue.Publisher
