@@ -81,6 +81,13 @@ func countArrivals(msgs <-chan *message.Message, want int) *arrivals {
 	return a
 }
 
+// count is how many distinct messages arrived so far.
+func (a *arrivals) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.seen)
+}
+
 func (a *arrivals) wait(ctx context.Context, d time.Duration) (unique, dups int, first, last time.Time) {
 	select {
 	case <-a.all:
