@@ -227,18 +227,20 @@ type due struct {
 	id  string
 }
 
-// dispatchBatch dispatches the timeouts of batch together: PeekMany, one Publish per
-// destination, RemoveMany. Whatever fails falls back to handleOne's per-message path, so that
-// errors, retries, the error queue and breakers behave exactly as without batching.
-func (d *Dispatch) dispatchBatch(store BatchStore, batch []*request[due]) {
-	alone := func(x due) error { return d.handleOne(x.msg, x.id) }
-	if len(batch) == 1 {
-		batch[0].done <- alone(batch[0].item)
-		return
-	}
-	first, again := firstOfEach(batch, func(x due) string { return x.id })
-	defer eachAlone(again, alone) // they find their timeout gone
+// dispatchAlone dispatches one due id on its own, as without batching.
+func (d *Dispatch) dispatchAlone(x due) error { return d.handleOne(x.msg, x.id) }
 
+// peekBatch looks up, with one PeekMany, the timeouts of a dispatch batch's first request for
+// each id, and returns those requests (first), the later ones for an id already among them
+// (again: the caller dispatches them alone once the batch is done, when they find their timeout
+// gone) and the timeouts found by id. ok is false when the batch is handled already: a single
+// request, or a lookup that failed, after which every request was dispatched alone.
+func (d *Dispatch) peekBatch(store BatchStore, batch []*request[due]) (first, again []*request[due], byID map[string]persistence.Timeout, ok bool) {
+	if len(batch) == 1 {
+		batch[0].done <- d.dispatchAlone(batch[0].item)
+		return nil, nil, nil, false
+	}
+	first, again = firstOfEach(batch, func(x due) string { return x.id })
 	ids := make([]string, len(first))
 	for i, r := range first {
 		ids[i] = r.item.id
@@ -246,13 +248,27 @@ func (d *Dispatch) dispatchBatch(store BatchStore, batch []*request[due]) {
 	found, err := store.PeekMany(messageContext(first[0].item.msg), ids)
 	if err != nil {
 		d.logger.Debug("Looking up a batch of timeouts failed; dispatching them one by one", watermill.LogFields{"count": len(ids), "error": err.Error()})
-		eachAlone(first, alone)
-		return
+		eachAlone(first, d.dispatchAlone)
+		eachAlone(again, d.dispatchAlone)
+		return nil, nil, nil, false
 	}
-	byID := make(map[string]persistence.Timeout, len(found))
+	byID = make(map[string]persistence.Timeout, len(found))
 	for _, t := range found {
 		byID[t.ID] = t
 	}
+	return first, again, byID, true
+}
+
+// dispatchBatch dispatches the timeouts of batch together: PeekMany, one Publish per
+// destination, RemoveMany. Whatever fails falls back to handleOne's per-message path, so that
+// errors, retries, the error queue and breakers behave exactly as without batching.
+func (d *Dispatch) dispatchBatch(store BatchStore, batch []*request[due]) {
+	alone := d.dispatchAlone
+	first, again, byID, ok := d.peekBatch(store, batch)
+	if !ok {
+		return
+	}
+	defer eachAlone(again, alone) // they find their timeout gone
 
 	// Once started, forwards run to their end even while the router shuts down (see handleOne).
 	fwdCtx, cancel := context.WithTimeout(context.WithoutCancel(messageContext(first[0].item.msg)), afterForwardTimeout)

@@ -38,28 +38,12 @@ type Forwarding struct {
 // Forward, so that errors, retries, the error queue and breakers behave exactly as without
 // batching, and every forward stays exactly once.
 func (d *Dispatch) forwardBatch(store BatchStore, fwd BatchForwarder, batch []*request[due]) {
-	alone := func(x due) error { return d.handleOne(x.msg, x.id) }
-	if len(batch) == 1 {
-		batch[0].done <- alone(batch[0].item)
+	alone := d.dispatchAlone
+	first, again, byID, ok := d.peekBatch(store, batch)
+	if !ok {
 		return
 	}
-	first, again := firstOfEach(batch, func(x due) string { return x.id })
 	defer eachAlone(again, alone) // they find their timeout gone
-
-	ids := make([]string, len(first))
-	for i, r := range first {
-		ids[i] = r.item.id
-	}
-	found, err := store.PeekMany(messageContext(first[0].item.msg), ids)
-	if err != nil {
-		d.logger.Debug("Looking up a batch of timeouts failed; dispatching them one by one", watermill.LogFields{"count": len(ids), "error": err.Error()})
-		eachAlone(first, alone)
-		return
-	}
-	byID := make(map[string]persistence.Timeout, len(found))
-	for _, t := range found {
-		byID[t.ID] = t
-	}
 
 	// The forward runs to its end even while the router shuts down (see handleOne); it is one
 	// transaction, so cutting it short would only undo it.
