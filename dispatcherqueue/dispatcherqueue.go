@@ -50,7 +50,8 @@ type announcementKey struct{}
 // IsAnnouncement reports whether ctx is the context of a message PublishDue publishes: an
 // announcement of a due id, which may be lost without losing the timeout, since the store keeps
 // it and the poller claims it again when its lease runs out. A transport may therefore publish
-// such a message without making it durable (amqptransport does, unless told otherwise).
+// such a message without making it durable (amqptransport does with
+// Config.TransientAnnouncements).
 func IsAnnouncement(ctx context.Context) bool {
 	v, _ := ctx.Value(announcementKey{}).(bool)
 	return v
