@@ -87,31 +87,36 @@ func (p *Publisher) Topic() string { return p.topic }
 // PublishDue publishes one message per id, batchSize messages per call to the underlying
 // publisher (which Watermill requires to be safe for concurrent use), up to maxParallelBatches
 // calls at once; the ids' order is not kept across batches. It returns once every call has
-// returned. On error, the ids of failed batches are not announced; their claims' leases will run
-// out and the poller claims them again.
+// returned. On error it returns a *NotAnnouncedError naming the ids of the failed calls, which
+// the caller may publish again (a failed call may have published some of them: a retry can
+// announce an id twice, which the dispatch satellite tolerates).
 func (p *Publisher) PublishDue(ctx context.Context, ids []string) error {
 	ctx = context.WithValue(ctx, announcementKey{}, true)
 	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-		sem  = make(chan struct{}, maxParallelBatches)
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed NotAnnouncedError
+		sem    = make(chan struct{}, maxParallelBatches)
 	)
-	for start := 0; start < len(ids); start += p.batchSize {
-		end := min(start+p.batchSize, len(ids))
-		msgs := make([]*message.Message, 0, end-start)
-		for _, id := range ids[start:end] {
+	publish := func(batch []string) {
+		msgs := make([]*message.Message, 0, len(batch))
+		for _, id := range batch {
 			m := NewMessage(id)
 			m.SetContext(ctx)
 			msgs = append(msgs, m)
 		}
+		if err := p.publish(msgs); err != nil {
+			mu.Lock()
+			failed.IDs = append(failed.IDs, batch...)
+			failed.Errs = append(failed.Errs, err)
+			mu.Unlock()
+		}
+	}
+	for start := 0; start < len(ids); start += p.batchSize {
+		end := min(start+p.batchSize, len(ids))
 		if end == len(ids) && len(sem) == 0 {
 			// The last (or only) batch, with nothing else in flight: no goroutine needed.
-			if err := p.publish(msgs); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
+			publish(ids[start:end])
 			break
 		}
 		sem <- struct{}{}
@@ -119,16 +124,28 @@ func (p *Publisher) PublishDue(ctx context.Context, ids []string) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := p.publish(msgs); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
+			publish(ids[start:end])
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if len(failed.Errs) > 0 {
+		return &failed
+	}
+	return nil
 }
+
+// NotAnnouncedError is PublishDue's error: the ids its failed calls carried, and why they failed.
+type NotAnnouncedError struct {
+	IDs  []string
+	Errs []error
+}
+
+func (e *NotAnnouncedError) Error() string {
+	return fmt.Sprintf("%d due ids not announced: %v", len(e.IDs), errors.Join(e.Errs...))
+}
+
+// Unwrap returns the failed calls' errors, for errors.Is and errors.As.
+func (e *NotAnnouncedError) Unwrap() []error { return e.Errs }
 
 func (p *Publisher) publish(msgs []*message.Message) error {
 	if err := p.pub.Publish(p.topic, msgs...); err != nil {

@@ -85,8 +85,11 @@ func TestPublishDueReportsFailedBatches(t *testing.T) {
 	p := dispatcherqueue.NewPublisher(rec, "orders", 100)
 	err := p.PublishDue(t.Context(), ids(300))
 	require.ErrorContains(t, err, "broker said no")
-	require.Len(t, rec.ids, 200, "the other batches are announced; the failed one's leases run out")
+	require.Len(t, rec.ids, 200, "the other batches are announced")
 	require.NotContains(t, rec.ids, ids(300)[100])
+	var na *dispatcherqueue.NotAnnouncedError
+	require.ErrorAs(t, err, &na)
+	require.Equal(t, ids(300)[100:200], na.IDs, "the error names exactly the failed batch's ids, to publish again")
 }
 
 func TestIsAnnouncement(t *testing.T) {

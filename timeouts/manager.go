@@ -93,14 +93,15 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 
 	errorQueue := recoverability.NewErrorQueue(config.Publisher, config.ErrorQueue)
 	m.poller = &poller{
-		store:     config.Store,
-		announcer: dispatcherqueue.NewPublisher(config.Publisher, config.Endpoint, 0),
-		interval:  config.PollInterval,
-		batch:     config.ClaimBatchSize,
-		lease:     config.ClaimLease,
-		fetch:     fetchBreaker,
-		dispatch:  dispatchBreaker,
-		logger:    m.logger,
+		store:      config.Store,
+		announcer:  dispatcherqueue.NewPublisher(config.Publisher, config.Endpoint, 0),
+		interval:   config.PollInterval,
+		batch:      config.ClaimBatchSize,
+		lease:      config.ClaimLease,
+		retryDelay: config.RetryDelay,
+		fetch:      fetchBreaker,
+		dispatch:   dispatchBreaker,
+		logger:     m.logger,
 	}
 	m.poller.init()
 

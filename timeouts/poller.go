@@ -2,6 +2,7 @@ package timeouts
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -24,10 +25,10 @@ type poller struct {
 	interval   time.Duration
 	batch      int
 	lease      time.Duration
+	retryDelay time.Duration            // the breakers' RetryDelay: how long dispatch.Failure waits
 	fetch      *critical.CircuitBreaker // storage failures
 	dispatch   *critical.CircuitBreaker // dispatcher queue failures
 	logger     watermill.LoggerAdapter
-	onAnnounce func(n int)
 
 	wakeCh chan struct{}
 	// slots holds a token per batch claimed and not yet announced; claiming waits for a free one,
@@ -104,7 +105,7 @@ func (p *poller) poll(ctx context.Context) (next time.Time, ok bool) {
 		go func() {
 			defer p.announcing.Done()
 			defer func() { <-p.slots }()
-			p.announceClaimed(ctx, ids)
+			p.announceClaimed(ctx, ids, now)
 		}()
 		if len(ids) == p.batch {
 			return time.Time{}, false
@@ -146,19 +147,32 @@ func (p *poller) setPlanned(at time.Time) {
 	p.mu.Unlock()
 }
 
-// announceClaimed announces a claimed batch. A failure leaves its ids leased: they are claimed
-// again when the lease runs out.
-func (p *poller) announceClaimed(ctx context.Context, ids []string) {
-	if err := p.announce(ctx, ids); err != nil {
-		if ctx.Err() == nil {
-			p.logger.Error("Announcing due timeouts failed; they are claimed again when their lease runs out", err,
-				watermill.LogFields{"count": len(ids), "lease": p.lease})
-			p.dispatch.Failure(ctx, err)
+// announceClaimed announces a batch claimed at claimedAt. The ids of failed publishes are
+// published again at the dispatch breaker's pace (a broker restart should cost its own length,
+// not a lease), for half the lease: after that another poller may claim them soon, so they are
+// left to it. An announcement that gets through disarms the dispatch breaker the failures armed.
+func (p *poller) announceClaimed(ctx context.Context, ids []string, claimedAt time.Time) {
+	giveUp := claimedAt.Add(p.lease / 2)
+	for {
+		err := p.announce(ctx, ids)
+		if err == nil {
+			p.dispatch.Success()
+			return
 		}
-		return
-	}
-	if p.onAnnounce != nil {
-		p.onAnnounce(len(ids))
+		if ctx.Err() != nil {
+			return // shutting down: the lease brings them back
+		}
+		var na *dispatcherqueue.NotAnnouncedError
+		if errors.As(err, &na) {
+			ids = na.IDs
+		}
+		retry := time.Now().Add(p.retryDelay).Before(giveUp)
+		p.logger.Error("Announcing due timeouts failed", err, watermill.LogFields{
+			"count": len(ids), "retry": retry, "lease": p.lease})
+		p.dispatch.Failure(ctx, err)
+		if !retry || ctx.Err() != nil {
+			return // claimed again when their lease runs out
+		}
 	}
 }
 
