@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -157,6 +158,19 @@ func receive(t *testing.T, ch <-chan *message.Message, within time.Duration) *me
 	case m, ok := <-ch:
 		require.True(t, ok, "subscription closed")
 		m.Ack()
+		return m
+	case <-time.After(within):
+		t.Fatalf("no message within %s", within)
+		return nil
+	}
+}
+
+// take is receive without the ack: the caller settles the message.
+func take(t *testing.T, ch <-chan *message.Message, within time.Duration) *message.Message {
+	t.Helper()
+	select {
+	case m, ok := <-ch:
+		require.True(t, ok, "subscription closed")
 		return m
 	case <-time.After(within):
 		t.Fatalf("no message within %s", within)
@@ -364,34 +378,47 @@ func TestReconnectsAfterTheBrokerDropsTheConnections(t *testing.T) {
 	if raceEnabled {
 		t.Skip(racyReconnect)
 	}
-	b := setup(t)
-	ctl := rabbitmqctl(t)
-	q := b.queue("reconnect")
-	pub := newPublisher(t, b.config)
-	sub := newSubscriber(t, b.config)
-	msgs, err := sub.Subscribe(t.Context(), q)
-	require.NoError(t, err)
+	for _, consumers := range []int{1, 4} { // watermill-amqp's subscription, and this package's
+		t.Run(fmt.Sprintf("Consumers=%d", consumers), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctl := rabbitmqctl(t)
+			q := b.queue("reconnect")
+			pub := newPublisher(t, b.config)
+			config := b.config
+			config.Consumers = consumers
+			sub := newSubscriber(t, config)
+			msgs, err := sub.Subscribe(t.Context(), q)
+			require.NoError(t, err)
 
-	require.NoError(t, pub.Publish(q, message.NewMessage("before", nil)))
-	require.Equal(t, "before", receive(t, msgs, 10*time.Second).UUID)
+			require.NoError(t, pub.Publish(q, message.NewMessage("before", nil)))
+			before := take(t, msgs, 10*time.Second)
+			require.Equal(t, "before", before.UUID)
+			before.Ack()
 
-	closed := closeConnections(t, ctl, b.name)
-	require.Len(t, closed, 2, "the publisher's and the subscriber's connections")
-	dropped := time.Now()
+			closed := closeConnections(t, ctl, b.name)
+			require.Len(t, closed, 2, "the publisher's and the subscriber's connections")
+			dropped := time.Now()
 
-	// Publishing fails while the connection is down and works once watermill-amqp reconnected.
-	var attempts int
-	require.Eventually(t, func() bool {
-		attempts++
-		return pub.Publish(q, message.NewMessage("after", nil)) == nil
-	}, 30*time.Second, 50*time.Millisecond)
-	require.Equal(t, "after", receive(t, msgs, 30*time.Second).UUID, "the subscription resumed")
-	reopened := connections(t, ctl, b.name)
-	require.Len(t, reopened, 2, "both reconnected")
-	require.NotContains(t, reopened, closed[0])
-	require.NotContains(t, reopened, closed[1])
-	t.Logf("publishing worked again %s after the connections were dropped (%d attempts); subscription resumed",
-		time.Since(dropped).Round(time.Millisecond), attempts)
+			// Publishing fails while the connection is down and works once watermill-amqp reconnected.
+			var attempts int
+			require.Eventually(t, func() bool {
+				attempts++
+				return pub.Publish(q, message.NewMessage("after", nil)) == nil
+			}, 30*time.Second, 50*time.Millisecond)
+			after := take(t, msgs, 30*time.Second)
+			require.Equal(t, "after", after.UUID, "the subscription resumed")
+			after.Ack()
+			reopened := connections(t, ctl, b.name)
+			require.Len(t, reopened, 2, "both reconnected")
+			require.NotContains(t, reopened, closed[0])
+			require.NotContains(t, reopened, closed[1])
+			require.Eventually(t, func() bool { return b.count(t, q) == 0 }, 10*time.Second, 50*time.Millisecond,
+				"the ack after the reconnection reached the broker")
+			t.Logf("publishing worked again %s after the connections were dropped (%d attempts); subscription resumed",
+				time.Since(dropped).Round(time.Millisecond), attempts)
+		})
+	}
 }
 
 // racyReconnect is why reconnection is not tested under the race detector.
@@ -514,6 +541,7 @@ func TestCloseWithUnreadMessagesReturnsThemToTheQueue(t *testing.T) {
 	for _, consumers := range []int{1, 3} {
 		config := b.config
 		config.Consumers = consumers
+		config.CloseTimeout = time.Second // how long the 3 consumers wait for the message taken
 		sub, err := amqptransport.NewSubscriber(config, watermill.NopLogger{})
 		require.NoError(t, err)
 		msgs, err := sub.Subscribe(context.Background(), q)
@@ -531,6 +559,100 @@ func TestCloseWithUnreadMessagesReturnsThemToTheQueue(t *testing.T) {
 		}
 		require.Eventually(t, func() bool { return b.count(t, q) == len(batch) }, 10*time.Second, 50*time.Millisecond,
 			"every message back on the queue")
+	}
+}
+
+// TestCloseDeliversTheAcksOfMessagesStillBeingHandled: with Consumers above 1, a handler that
+// finishes while the Subscriber closes has its ack delivered, so its message is not delivered
+// again; messages never handed out go back to the queue.
+func TestCloseDeliversTheAcksOfMessagesStillBeingHandled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := b.queue("graceful")
+	pub := newPublisher(t, b.config)
+	batch := make([]*message.Message, 20)
+	for i := range batch {
+		batch[i] = message.NewMessage(watermill.NewUUID(), nil)
+	}
+	require.NoError(t, pub.Publish(q, batch...))
+	config := b.config
+	config.Consumers = 4
+	sub, err := amqptransport.NewSubscriber(config, watermill.NopLogger{})
+	require.NoError(t, err)
+	msgs, err := sub.Subscribe(context.Background(), q)
+	require.NoError(t, err)
+	var taken []*message.Message
+	for range 4 {
+		taken = append(taken, take(t, msgs, 10*time.Second))
+	}
+	closed := make(chan error)
+	go func() { closed <- sub.Close() }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned with messages still being handled")
+	case <-time.After(300 * time.Millisecond):
+	}
+	for _, m := range taken {
+		m.Ack()
+	}
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close did not return once the messages handed out were acked")
+	}
+	for range msgs {
+	}
+	require.Eventually(t, func() bool { return b.count(t, q) == len(batch)-len(taken) }, 10*time.Second, 50*time.Millisecond,
+		"the acked ones are gone, the rest are back on the queue")
+}
+
+// TestNackedMessagesComeBackWhileOthersAreAcked mixes nacks and acks on one channel of the
+// Consumers > 1 subscription: every nacked message is delivered again, every acked one leaves
+// the queue, and the channel survives (a wrong multiple-ack would close it).
+func TestNackedMessagesComeBackWhileOthersAreAcked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := b.queue("nack")
+	pub := newPublisher(t, b.config)
+	const n = 300
+	batch := make([]*message.Message, n)
+	for i := range batch {
+		batch[i] = message.NewMessage(fmt.Sprintf("m-%03d", i), nil)
+	}
+	require.NoError(t, pub.Publish(q, batch...))
+	config := b.config
+	config.Consumers = 32
+	sub := newSubscriber(t, config)
+	msgs, err := sub.Subscribe(t.Context(), q)
+	require.NoError(t, err)
+
+	nackFirst := func(id string) bool { return id[len(id)-1]%3 == 0 } // a third of them
+	deliveries := map[string]int{}
+	for acks := 0; acks < n; {
+		m := take(t, msgs, 20*time.Second)
+		deliveries[m.UUID]++
+		nack := deliveries[m.UUID] == 1 && nackFirst(m.UUID)
+		if !nack {
+			acks++
+		}
+		delay := time.Duration(len(deliveries)%3) * time.Millisecond
+		go func() { // as a router does, each in a goroutine of its own, finishing out of order
+			time.Sleep(delay)
+			if nack {
+				m.Nack()
+			} else {
+				m.Ack()
+			}
+		}()
+	}
+	require.Eventually(t, func() bool { return b.count(t, q) == 0 }, 10*time.Second, 50*time.Millisecond, "every ack reached the broker")
+	for id, c := range deliveries {
+		if nackFirst(id) {
+			require.Equal(t, 2, c, "nacked %s is delivered again, once", id)
+		} else {
+			require.Equal(t, 1, c, "acked %s is delivered once", id)
+		}
 	}
 }
 

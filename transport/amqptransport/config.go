@@ -22,6 +22,7 @@ const (
 	DefaultPrefetchCount   = 16
 	DefaultDialTimeout     = 10 * time.Second
 	DefaultHeartbeat       = 10 * time.Second
+	DefaultCloseTimeout    = 30 * time.Second
 )
 
 // Config configures a Publisher and a Subscriber on one RabbitMQ broker (any AMQP 0-9-1 broker).
@@ -47,13 +48,20 @@ type Config struct {
 	// prefetched message waits for the instance that holds it).
 	PrefetchCount int
 
-	// Consumers is how many consumers each Subscribe starts on its queue; their messages come
-	// out of one channel. watermill-amqp hands a consumer's next message over only after the
-	// previous one was acked or nacked, so one consumer means one message handled at a time, in
-	// queue order; n consumers let a router handle up to n at once, in no particular order.
-	// Defaults to 1. The timeout manager's satellites need no order, so a service may give them
-	// more: 8 delivered a burst of due timeouts several times faster here.
+	// Consumers is how many messages of one subscription may be handled at once. Defaults to 1:
+	// watermill-amqp's subscription, which hands its next message over only after the previous
+	// one was acked or nacked, in queue order. Above 1, a subscription is one channel of this
+	// package's that hands out up to Consumers messages without waiting for acks (the broker
+	// sends Consumers + PrefetchCount ahead), in no particular order, and sends their acks back
+	// as multiple-acks where it can. The timeout manager's satellites need no order and batch
+	// what they are handed at once, so a service gives them many.
 	Consumers int
+
+	// CloseTimeout is how long closing a subscription with Consumers above 1 waits for the
+	// messages it handed out to be acked or nacked, so that a handler finishing during a
+	// shutdown has its ack delivered rather than its message delivered again; the broker
+	// requeues whatever is still unsettled after it. Defaults to 30 s.
+	CloseTimeout time.Duration
 
 	// TransientAnnouncements publishes the poller's announcements of due timeout ids (the
 	// messages of E.TimeoutsDispatcher, see dispatcherqueue.IsAnnouncement) as transient
@@ -102,6 +110,9 @@ func (c *Config) setDefaults() {
 	if c.PrefetchCount == 0 {
 		c.PrefetchCount = DefaultPrefetchCount
 	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = DefaultCloseTimeout
+	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = DefaultDialTimeout
 	}
@@ -138,6 +149,8 @@ func (c Config) Validate() error {
 		return invalid("Consumers must be positive, got %d", c.Consumers)
 	case c.Consumers > maxConsumers:
 		return invalid("Consumers must be at most %d, got %d", maxConsumers, c.Consumers)
+	case c.CloseTimeout < 0:
+		return invalid("CloseTimeout must be positive, got %s", c.CloseTimeout)
 	case c.DialTimeout < 0:
 		return invalid("DialTimeout must be positive, got %s", c.DialTimeout)
 	}

@@ -22,12 +22,19 @@
 // consumer, so several instances of an endpoint share its satellite queues. Messages are
 // persistent (Config.TransientAnnouncements makes the poller's announcements of due ids
 // transient: a lost one is claimed again when its lease runs out), and every Publish waits for
-// the broker's publisher confirms. The Subscriber is
-// watermill-amqp's; the Publisher publishes on watermill-amqp's connection (and so reconnects
-// with it) through a channel pool of its own, which sends all of a Publish call's messages before
-// waiting for their confirms: watermill-amqp's publisher waits for each message's confirm before
-// sending the next, one round trip per message, which made the poller's announcements of due
-// timeouts the slowest step of the pipeline.
+// the broker's publisher confirms. The Publisher publishes on watermill-amqp's connection (and
+// so reconnects with it) through a channel pool of its own, which sends all of a Publish call's
+// messages before waiting for their confirms: watermill-amqp's publisher waits for each
+// message's confirm before sending the next, one round trip per message, which made the poller's
+// announcements of due timeouts the slowest step of the pipeline.
+//
+// With Config.Consumers 1 (the default) a subscription is watermill-amqp's: one message at a
+// time, in queue order. With more, it is a consumer of this package's on one channel, which
+// hands out up to Consumers messages without waiting for their acks, so a router handles them
+// side by side and the satellites batch them; acks go back as multiple-acks where the messages
+// before them are settled too (one frame for a batch), one by one behind a message still being
+// handled. Closing such a subscription waits up to Config.CloseTimeout for the messages handed
+// out to be settled, so that a handler finishing during a shutdown has its ack delivered.
 //
 // # Never into the void
 //

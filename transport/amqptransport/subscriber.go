@@ -5,11 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
+
+// ErrSubscriberClosed is returned by Subscribe on a closed Subscriber.
+var ErrSubscriberClosed = errors.New("amqptransport: subscriber is closed")
 
 // Subscriber consumes durable queues named as their topics, on a connection of its own. Queue
 // semantics: each message goes to one subscription, so competing instances of an endpoint share
@@ -20,7 +25,12 @@ type Subscriber struct {
 	conn      *wamqp.ConnectionWrapper
 	sub       *wamqp.Subscriber
 	consumers int
+	prefetch  int
+	finish    time.Duration
+	args      amqp.Table
+	logger    watermill.LoggerAdapter
 	closing   chan struct{} // closed by Close
+	running   sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -49,7 +59,10 @@ func NewSubscriber(config Config, logger watermill.LoggerAdapter) (*Subscriber, 
 		_ = conn.Close()
 		return nil, fmt.Errorf("amqptransport: creating the subscriber on %s: %w", Redact(config.URL), redactError(err, config.URL))
 	}
-	return &Subscriber{conn: conn, sub: sub, consumers: config.Consumers, closing: make(chan struct{})}, nil
+	return &Subscriber{
+		conn: conn, sub: sub, consumers: config.Consumers, prefetch: config.PrefetchCount, finish: config.CloseTimeout,
+		args: config.QueueArguments, logger: logger, closing: make(chan struct{}),
+	}, nil
 }
 
 // New returns a Publisher and a Subscriber on two connections to the broker (RabbitMQ throttles
@@ -67,8 +80,10 @@ func New(config Config, logger watermill.LoggerAdapter) (*Publisher, *Subscriber
 	return pub, sub, nil
 }
 
-// Subscribe consumes the queue named topic with Config.Consumers consumers until ctx is done or
-// the Subscriber is closed; the channel closes when they have all stopped.
+// Subscribe consumes the queue named topic until ctx is done or the Subscriber is closed; the
+// channel closes when consuming has stopped. With Config.Consumers 1 it is watermill-amqp's
+// subscription: one message at a time, in queue order. With more, it is one channel of this
+// package's (see consumer) that hands out up to Consumers messages at once.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := validateTopic(topic); err != nil {
 		return nil, err
@@ -80,46 +95,29 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		}
 		return ch, nil
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	ins := make([]<-chan *message.Message, 0, s.consumers)
-	for range s.consumers {
-		ch, err := s.sub.Subscribe(ctx, topic)
-		if err != nil {
-			cancel() // stops the consumers started so far
-			return nil, fmt.Errorf("amqptransport: subscribing to %q: %w", topic, err)
-		}
-		ins = append(ins, ch)
+	select {
+	case <-s.closing:
+		return nil, fmt.Errorf("amqptransport: subscribing to %q: %w", topic, ErrSubscriberClosed)
+	default:
 	}
-	return merge(ctx, s.closing, ins, cancel), nil
-}
-
-// merge forwards every message of ins to one channel, closed (and done called) once all of ins
-// are closed. Once ctx is done or closing is closed, a message nobody takes is nacked, so that it
-// returns to its queue and its consumer can stop.
-func merge(ctx context.Context, closing <-chan struct{}, ins []<-chan *message.Message, done func()) <-chan *message.Message {
-	out := make(chan *message.Message)
-	var wg sync.WaitGroup
-	for _, in := range ins {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for msg := range in {
-				select {
-				case out <- msg:
-				case <-ctx.Done():
-					msg.Nack()
-				case <-closing:
-					msg.Nack()
-				}
-			}
-		}()
+	c := &consumer{
+		conn: s.conn, queue: topic, args: s.args, handlers: s.consumers, prefetch: s.consumers + s.prefetch, closeTimeout: s.finish,
+		logger: s.logger.With(watermill.LogFields{"topic": topic}), closing: s.closing, out: make(chan *message.Message),
 	}
+	// The first declaration fails Subscribe, as watermill-amqp's does; later ones are retried.
+	conn, err := currentConnection(s.conn)
+	if err == nil {
+		err = declareQueue(conn, topic, s.args)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("amqptransport: subscribing to %q: %w", topic, err)
+	}
+	s.running.Add(1)
 	go func() {
-		wg.Wait()
-		done()
-		close(out)
+		defer s.running.Done()
+		c.run(ctx)
 	}()
-	return out
+	return c.out, nil
 }
 
 // SubscribeInitialize declares the queue named topic without consuming it.
@@ -138,6 +136,7 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closing)
+		s.running.Wait()
 		err := s.sub.Close()
 		s.closeErr = errors.Join(err, s.conn.Close())
 	})
