@@ -17,9 +17,8 @@ import (
 )
 
 // inflightPerInstance bounds the duplicates one crashed `timeoutmill run` can cause: the command
-// consumes each satellite queue with connect.ServiceConsumers consumers, each handed its next
-// message only after the previous one was acked, so at the moment of a kill -9 at most that many
-// dispatcher messages are in flight (the dispatch satellite forwards them together, then removes
+// hands out at most connect.ServiceConsumers messages of each satellite queue at once, so at the
+// moment of a kill -9 at most that many dispatcher messages are in flight (the dispatch satellite forwards them together, then removes
 // them together). One whose timeout was forwarded but not yet removed is forwarded again after the
 // restart. Nothing else is forwarded twice: claimed ids that were never announced are claimed
 // again when their lease runs out, and announced ones are looked up before they are forwarded.

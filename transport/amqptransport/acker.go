@@ -2,6 +2,7 @@ package amqptransport
 
 import (
 	"sync"
+	"time"
 )
 
 // ackState is where a delivery stands with the acker.
@@ -21,10 +22,10 @@ type ackEntry struct {
 
 // acker sends a channel's acks and nacks from one goroutine, in few frames: the acks of the
 // settled deliveries at the front of the channel's deliveries go as one multiple-ack (one frame
-// and one write for a whole batch a satellite handled), the acks of deliveries behind one still
-// being handled go one by one, so they never hold prefetch slots while it runs; nacks (requeue)
-// go one by one, always before a multiple-ack that covers their tags, which the broker would
-// otherwise take as acked.
+// and one write for a whole batch a satellite handled); the acks of deliveries behind one still
+// being handled wait up to singlesDelay for it, then go one by one, so they never hold the
+// broker's prefetch window for long; nacks (requeue) go one by one, always before a
+// multiple-ack that covers their tags, which the broker would otherwise take as acked.
 //
 // A multiple-ack names the highest of its deliveries not yet acked or nacked: RabbitMQ closes the
 // channel ("unknown delivery tag") when the tag a multiple-ack names is settled already.
@@ -37,6 +38,11 @@ type acker struct {
 	exited chan struct{}
 	once   sync.Once
 }
+
+// singlesDelay is how long acks behind a delivery still being handled wait for it to be settled,
+// so that one multiple-ack covers them all. Batches a satellite handles side by side finish
+// within a few milliseconds of each other, out of order.
+const singlesDelay = 5 * time.Millisecond
 
 // ackChannel is what the acker needs of an *amqp.Channel.
 type ackChannel interface {
@@ -86,21 +92,34 @@ func (a *acker) stop() {
 
 func (a *acker) run() {
 	defer close(a.exited)
+	singles := time.NewTimer(time.Hour)
+	singles.Stop()
+	armed := false
 	for {
+		var waiting bool
 		select {
 		case <-a.wake:
-			a.flush()
+			waiting = a.flush(false)
+		case <-singles.C:
+			armed = false
+			waiting = a.flush(true)
 		case <-a.done:
-			a.flush()
+			singles.Stop()
+			a.flush(true)
 			return
+		}
+		if waiting && !armed {
+			singles.Reset(singlesDelay)
+			armed = true
 		}
 	}
 }
 
-// flush sends the nacks, the multiple-ack of the settled front and the single acks behind it.
+// flush sends the nacks and the multiple-ack of the settled front, and with singles the acks
+// behind the front one by one. It reports whether acks are left waiting behind the front.
 // Errors mean the channel is gone, with which the broker requeued every unacked delivery.
-func (a *acker) flush() {
-	var nacks, singles []uint64
+func (a *acker) flush(singles bool) (waiting bool) {
+	var nacks, acks []uint64
 	var multiple uint64
 	a.mu.Lock()
 	front := 0
@@ -120,25 +139,30 @@ func (a *acker) flush() {
 			nacks = append(nacks, a.queue[i].tag)
 			a.queue[i].state = sent
 		case ackPending:
-			singles = append(singles, a.queue[i].tag)
-			a.queue[i].state = sent
+			if singles {
+				acks = append(acks, a.queue[i].tag)
+				a.queue[i].state = sent
+			} else {
+				waiting = true
+			}
 		}
 	}
 	a.mu.Unlock()
 
 	for _, tag := range nacks {
 		if a.ch.Nack(tag, false, true) != nil {
-			return
+			return false
 		}
 	}
 	if multiple != 0 {
 		if a.ch.Ack(multiple, true) != nil {
-			return
+			return false
 		}
 	}
-	for _, tag := range singles {
+	for _, tag := range acks {
 		if a.ch.Ack(tag, false) != nil {
-			return
+			return false
 		}
 	}
+	return waiting
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -91,7 +92,13 @@ func TestAckerAcksBehindAMessageStillBeingHandled(t *testing.T) {
 	a.ack(3)
 	a.nack(4)
 	a.ack(5)
-	a.stop() // 1 and 2 still being handled
+	// 1 and 2 still being handled: after singlesDelay the acks behind them go one by one.
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.unacked) == 2
+	}, 5*time.Second, time.Millisecond)
+	a.stop()
 	require.NoError(t, b.err)
 	require.Equal(t, map[uint64]bool{1: true, 2: true}, b.unacked, "the slow ones are still held; the rest free their prefetch slots")
 	require.Equal(t, map[uint64]int{4: 1}, b.requeued)
