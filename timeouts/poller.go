@@ -88,7 +88,11 @@ func (p *poller) poll(ctx context.Context) (next time.Time, ok bool) {
 		return time.Time{}, false
 	}
 	now := time.Now()
-	ids, err := p.store.ClaimDue(ctx, now, p.batch, p.lease)
+	// A claim that started finishes, and is announced, even when ctx ends meanwhile: cut short
+	// after the database committed it, its ids would wait for their lease.
+	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), announceTimeout)
+	ids, err := p.store.ClaimDue(claimCtx, now, p.batch, p.lease)
+	cancel()
 	if err != nil {
 		<-p.slots
 		if ctx.Err() == nil {

@@ -103,8 +103,20 @@ func (c *runCmd) Run(e *env) error {
 
 	logger.Info("Running", watermill.LogFields{"store": connect.Redact(c.Store), "transport": connect.Redact(c.Transport),
 		"exactly_once": c.ExactlyOnce, "claim_lease": c.ClaimLease})
-	if err := router.Run(e.ctx); err != nil {
-		return err
+	runErr := router.Run(e.ctx)
+	// The poller announces what it claimed before the router closed; the transport closes only
+	// after that, or those ids would wait for their lease.
+	select {
+	case <-router.Running(): // it ran, and so did the poller
+		select {
+		case <-manager.Done():
+		case <-time.After(c.CloseTimeout):
+			logger.Error("The poller did not stop within the close timeout; ids it claimed wait for their lease", nil, nil)
+		}
+	default:
+	}
+	if runErr != nil {
+		return runErr
 	}
 	if err := manager.Err(); err != nil {
 		return err
