@@ -175,7 +175,9 @@ func (m *Manager) Err() error {
 	return m.critErr
 }
 
-// Done is closed when the poller has stopped after the router closed.
+// Done is closed when the poller has stopped after the router closed, having announced what it
+// had claimed. Close the Publisher only after it: announcements that find it closed leave their
+// ids to wait for their claims' lease (ClaimLease).
 func (m *Manager) Done() <-chan struct{} { return m.done }
 
 // startPoller runs the poller for as long as ctx lives. Only the first call starts it.

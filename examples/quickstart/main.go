@@ -167,5 +167,6 @@ func (e *runningEndpoint) stop() error {
 	if err := <-e.routerDone; err != nil {
 		return err
 	}
+	<-e.manager.Done() // the poller announced what it claimed
 	return e.store.Close()
 }

@@ -120,7 +120,7 @@ func run(ctx context.Context, out io.Writer, amqpURL, pgDSN, schema string) erro
 	routerDone := make(chan error, 1)
 	go func() { routerDone <- router.Run(ctx) }()
 	<-router.Running()
-	defer func() { _ = router.Close(); <-routerDone }()
+	defer func() { _ = router.Close(); <-routerDone; <-manager.Done() }() // then the deferred Closes
 
 	for _, order := range []string{"A-1", "B-2"} {
 		if err := pub.Publish(t.placed, message.NewMessage(watermill.NewUUID(), []byte(order))); err != nil {
