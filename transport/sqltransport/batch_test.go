@@ -88,6 +88,48 @@ func TestNackInAWideBatchHandsOnlyThatMessageOutAgain(t *testing.T) {
 	})
 }
 
+// TestANackDoesNotHoldItsBatchMatesBack: with several consumers a message that keeps being nacked
+// goes back to its table after ResendInterval, so the acked rest of its batch is deleted then,
+// not after the nacked one's AckDeadline (30 s here).
+func TestANackDoesNotHoldItsBatchMatesBack(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, db database) {
+		config := db.config()
+		config.Consumers = 2
+		config.BatchSize = 5
+		config.ResendInterval = 100 * time.Millisecond
+		config.AckDeadline = 30 * time.Second
+		pub, sub := newPubSub(t, config)
+		publishN(t, pub, "stubborn", 5)
+		msgs, err := sub.Subscribe(t.Context(), "stubborn")
+		require.NoError(t, err)
+		stop := make(chan struct{})
+		handled := make(chan struct{})
+		nacks := 0
+		go func() {
+			defer close(handled)
+			for {
+				select {
+				case m := <-msgs:
+					if m.UUID == "m-002" {
+						nacks++
+						m.Nack()
+						continue
+					}
+					m.Ack()
+				case <-stop:
+					return
+				}
+			}
+		}()
+		require.Eventually(t, func() bool { return db.count(t, "stubborn") == 1 }, 10*time.Second, 20*time.Millisecond,
+			"the four acked messages are deleted while the fifth is still being nacked")
+		close(stop)
+		<-handled
+		require.Positive(t, nacks)
+	})
+}
+
 // TestStoppingInTheMiddleOfAWideBatchLosesNothing: a Subscriber closed while handlers hold part
 // of its consumers' batches deletes the acked messages and leaves the others, which the next
 // Subscriber hands out, each once.

@@ -98,7 +98,8 @@ type Config struct {
 	AckDeadline time.Duration
 
 	// ResendInterval is how long a consumer waits before it hands a nacked message out again.
-	// Defaults to 1 s.
+	// Defaults to 1 s. With Consumers above 1 the message then goes back to its table for a
+	// later batch, and the rest of its batch is committed without waiting for it.
 	ResendInterval time.Duration
 
 	// RetryInterval is how long a consumer waits after its query failed (the database is down)

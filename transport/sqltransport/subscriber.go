@@ -294,9 +294,11 @@ func (s *Subscriber) lock(ctx context.Context, tx *sql.Tx, topic string) ([]row,
 	return batch, nil
 }
 
-// handOut sends msg on out and waits for its ack. A nack sends a copy again after
-// ResendInterval. It returns false when the message was not acked within AckDeadline, or the
-// subscription stopped first.
+// handOut sends msg on out and waits for its ack. After a nack it waits ResendInterval, then,
+// with one consumer (in order), sends a copy again; with several (whole batches at once) it gives
+// the message back: its row stays in the table for a later batch, so that the acked rest of its
+// batch is deleted and committed now rather than after the nacked one's AckDeadline. It returns
+// false when the message was not acked (within AckDeadline), or the subscription stopped first.
 func (s *Subscriber) handOut(ctx context.Context, msg *message.Message, out chan<- *message.Message, logger watermill.LoggerAdapter) bool {
 	msgCtx, cancel := ctx, context.CancelFunc(func() {})
 	if s.config.AckDeadline > 0 {
@@ -339,6 +341,9 @@ func (s *Subscriber) handOut(ctx context.Context, msg *message.Message, out chan
 				timer.Stop()
 				return false
 			}
+		}
+		if s.config.Consumers > 1 {
+			return false
 		}
 	}
 }
