@@ -104,6 +104,10 @@ func (c *consumer) session(ctx context.Context) (started bool, err error) {
 
 	acks := newAcker(ch)
 	lost := make(chan struct{}) // closed when the channel is gone: acks have nowhere to go
+	// The contexts of the messages handed out end when the subscription stops (Watermill's
+	// contract: a handler is told to stop); their acks are still waited for, up to CloseTimeout.
+	msgsCtx, stopMsgs := context.WithCancel(ctx)
+	defer stopMsgs()
 	var inFlight sync.WaitGroup
 	slots := make(chan struct{}, c.handlers)
 	defer func() {
@@ -116,9 +120,9 @@ func (c *consumer) session(ctx context.Context) (started bool, err error) {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
-			return true, c.finish(ch, tag, &inFlight, acks, lost)
+			return true, c.finish(ch, tag, &inFlight, acks, lost, stopMsgs)
 		case <-c.closing:
-			return true, c.finish(ch, tag, &inFlight, acks, lost)
+			return true, c.finish(ch, tag, &inFlight, acks, lost, stopMsgs)
 		case e := <-closed:
 			return true, channelClosed(e)
 		}
@@ -128,40 +132,45 @@ func (c *consumer) session(ctx context.Context) (started bool, err error) {
 				return true, channelClosed(<-closed)
 			}
 			acks.delivered(d.DeliveryTag)
-			msg := c.message(ctx, d)
+			msg, done := c.message(msgsCtx, d)
 			select {
 			case c.out <- msg:
 			case <-ctx.Done():
+				done()
 				acks.nack(d.DeliveryTag)
-				return true, c.finish(ch, tag, &inFlight, acks, lost)
+				return true, c.finish(ch, tag, &inFlight, acks, lost, stopMsgs)
 			case <-c.closing:
+				done()
 				acks.nack(d.DeliveryTag)
-				return true, c.finish(ch, tag, &inFlight, acks, lost)
+				return true, c.finish(ch, tag, &inFlight, acks, lost, stopMsgs)
 			}
 			inFlight.Add(1)
 			go func() {
 				defer inFlight.Done()
 				defer func() { <-slots }()
+				defer done()
 				settle(msg, d.DeliveryTag, acks, lost)
 			}()
 		case <-ctx.Done():
-			return true, c.finish(ch, tag, &inFlight, acks, lost)
+			return true, c.finish(ch, tag, &inFlight, acks, lost, stopMsgs)
 		case <-c.closing:
-			return true, c.finish(ch, tag, &inFlight, acks, lost)
+			return true, c.finish(ch, tag, &inFlight, acks, lost, stopMsgs)
 		case e := <-closed:
 			return true, channelClosed(e)
 		}
 	}
 }
 
-// message is the Watermill message of a delivery, its context cancelled once it is settled.
-func (c *consumer) message(ctx context.Context, d amqp.Delivery) *message.Message {
-	msg, _ := Marshaler{}.Unmarshal(d) // never fails: see Marshaler
+// message is the Watermill message of a delivery; done cancels its context, once it is settled
+// (as watermill-amqp's subscriber does).
+func (c *consumer) message(ctx context.Context, d amqp.Delivery) (msg *message.Message, done context.CancelFunc) {
+	msg, _ = Marshaler{}.Unmarshal(d) // never fails: see Marshaler
 	if d.Redelivered {
 		msg.Metadata.Set(wamqp.MetadataRedeliveredKey, "true")
 	}
-	msg.SetContext(ctx)
-	return msg
+	msgCtx, done := context.WithCancel(ctx)
+	msg.SetContext(msgCtx)
+	return msg, done
 }
 
 // settle passes the handler's ack or nack of msg on to the acker.
@@ -177,7 +186,8 @@ func settle(msg *message.Message, tag uint64, acks *acker, lost <-chan struct{})
 
 // finish stops a session in order: no new deliveries, the messages handed out settled (for at
 // most c.closeTimeout), their acks sent; closing the channel then requeues the rest.
-func (c *consumer) finish(ch *amqp.Channel, tag string, inFlight *sync.WaitGroup, acks *acker, lost chan struct{}) error {
+func (c *consumer) finish(ch *amqp.Channel, tag string, inFlight *sync.WaitGroup, acks *acker, lost chan struct{}, stopMsgs context.CancelFunc) error {
+	stopMsgs()
 	_ = ch.Cancel(tag, false)
 	done := make(chan struct{})
 	go func() {
