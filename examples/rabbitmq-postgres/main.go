@@ -67,6 +67,11 @@ func run(ctx context.Context, out io.Writer, amqpURL, pgDSN, schema string) erro
 		return err
 	}
 	defer store.Close()
+	// The manager creates its tables itself when its poller starts, beside the router; this
+	// example reads the store's Stats right away, so it creates them first, as a deploy step would.
+	if err := store.SetupInfrastructure(ctx); err != nil {
+		return err
+	}
 
 	manager, err := timeouts.NewManager(timeouts.Config{
 		Endpoint: t.endpoint, Store: store, Publisher: pub, Subscriber: sub,
