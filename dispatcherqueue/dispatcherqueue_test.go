@@ -14,13 +14,16 @@ import (
 )
 
 // recorder is a message.Publisher that records what it was given, can fail chosen batches, and
-// counts the calls running at once.
+// counts the calls running at once. A call waits (at most 5 s, like a slow broker's round trip)
+// until meet calls are running together, so that calls made side by side are seen side by side
+// however the machine schedules them; calls made one after the other are not, and wait it out.
 type recorder struct {
 	mu      sync.Mutex
 	topics  map[string]bool
 	ids     []string
 	running int
 	peak    int
+	meet    int
 	fail    func(first string) bool
 }
 
@@ -30,7 +33,14 @@ func (r *recorder) Publish(topic string, msgs ...*message.Message) error {
 	r.peak = max(r.peak, r.running)
 	r.topics[topic] = true
 	r.mu.Unlock()
-	time.Sleep(5 * time.Millisecond) // a broker's round trip, so calls overlap
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		r.mu.Lock()
+		met := r.peak >= r.meet
+		r.mu.Unlock()
+		if met {
+			break
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.running--
@@ -62,7 +72,7 @@ func ids(n int) []string {
 
 func TestPublishDueAnnouncesEveryIDOnce(t *testing.T) {
 	for _, n := range []int{0, 1, 99, 100, 101, 500, 677} {
-		rec := &recorder{topics: map[string]bool{}}
+		rec := &recorder{topics: map[string]bool{}, meet: min((n+99)/100, 2)}
 		p := dispatcherqueue.NewPublisher(rec, "orders", 100)
 		want := ids(n)
 		require.NoError(t, p.PublishDue(t.Context(), want))
