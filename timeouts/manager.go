@@ -36,6 +36,7 @@ type Manager struct {
 	critErr *critical.Error
 	started bool
 	done    chan struct{} // closed when the poller has stopped
+	ready   chan struct{} // closed once the store's infrastructure is set up
 }
 
 // NewManager validates config and assembles the timeout manager.
@@ -51,6 +52,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		cfg:    config,
 		logger: logger.With(watermill.LogFields{"endpoint": config.Endpoint}),
 		done:   make(chan struct{}),
+		ready:  make(chan struct{}),
 	}
 
 	var breakerNames []string
@@ -175,6 +177,13 @@ func (m *Manager) Err() error {
 	return m.critErr
 }
 
+// Ready is closed once the store can be used: when the router has started the manager and it has
+// created the store's tables (retrying while the store is unreachable), or at once on start with
+// SkipInfrastructureSetup or a store that needs no set-up. Calls on the store in the first moments
+// after router.Running() (Cancel, CancelByOwner, the store's own Stats) may otherwise find no
+// tables yet.
+func (m *Manager) Ready() <-chan struct{} { return m.ready }
+
 // Done is closed when the poller has stopped after the router closed, having announced what it
 // had claimed. Close the Publisher only after it: announcements that find it closed leave their
 // ids to wait for their claims' lease (ClaimLease).
@@ -195,32 +204,35 @@ func (m *Manager) startPoller(ctx context.Context) {
 				b.Stop()
 			}
 		}()
-		if !m.cfg.SkipInfrastructureSetup {
-			m.setupInfrastructure(ctx)
+		if !m.cfg.SkipInfrastructureSetup && !m.setupInfrastructure(ctx) {
+			return // stopped before the store could be set up
 		}
+		close(m.ready)
 		m.poller.run(ctx)
 	}()
 }
 
 // setupInfrastructure creates the store's tables, retrying under the fetch breaker while the
-// store is unreachable, so an endpoint may start before its database.
-func (m *Manager) setupInfrastructure(ctx context.Context) {
+// store is unreachable, so an endpoint may start before its database. It reports whether the
+// store is set up; false means ctx ended first.
+func (m *Manager) setupInfrastructure(ctx context.Context) bool {
 	installer, ok := m.cfg.Store.(persistence.Installer)
 	if !ok {
-		return
+		return true
 	}
 	for ctx.Err() == nil {
 		err := installer.SetupInfrastructure(ctx)
 		if err == nil {
 			m.poller.fetch.Success()
-			return
+			return true
 		}
 		if ctx.Err() != nil {
-			return // the router is stopping; not a storage failure
+			return false // the router is stopping; not a storage failure
 		}
 		m.logger.Error("Setting up the store failed; retrying", err, nil)
 		m.poller.fetch.Failure(ctx, err)
 	}
+	return false
 }
 
 // raise handles a critical error: it is recorded for Err, then handed to OnCriticalError or the

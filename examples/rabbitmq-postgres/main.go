@@ -67,12 +67,6 @@ func run(ctx context.Context, out io.Writer, amqpURL, pgDSN, schema string) erro
 		return err
 	}
 	defer store.Close()
-	// The manager creates its tables itself when its poller starts, beside the router; this
-	// example reads the store's Stats right away, so it creates them first, as a deploy step would.
-	if err := store.SetupInfrastructure(ctx); err != nil {
-		return err
-	}
-
 	manager, err := timeouts.NewManager(timeouts.Config{
 		Endpoint: t.endpoint, Store: store, Publisher: pub, Subscriber: sub,
 	}, logger)
@@ -126,6 +120,13 @@ func run(ctx context.Context, out io.Writer, amqpURL, pgDSN, schema string) erro
 	go func() { routerDone <- router.Run(ctx) }()
 	<-router.Running()
 	defer func() { _ = router.Close(); <-routerDone; <-manager.Done() }() // then the deferred Closes
+	// The manager creates the store's tables as the router starts it; this example reads the
+	// store's Stats right away, so it waits for them.
+	select {
+	case <-manager.Ready():
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the store to be set up: %w", ctx.Err())
+	}
 
 	for _, order := range []string{"A-1", "B-2"} {
 		if err := pub.Publish(t.placed, message.NewMessage(watermill.NewUUID(), []byte(order))); err != nil {
