@@ -211,18 +211,3 @@ func channelClosed(e *amqp.Error) error {
 	}
 	return fmt.Errorf("the consuming channel closed: %w", e)
 }
-
-// currentConnection is the wrapper's live connection, or ErrNotConnected while it reconnects.
-func currentConnection(w *wamqp.ConnectionWrapper) (*amqp.Connection, error) {
-	if w.Closed() {
-		return nil, fmt.Errorf("%w: closed", ErrNotConnected)
-	}
-	if !w.IsConnected() {
-		return nil, fmt.Errorf("%w: reconnecting", ErrNotConnected)
-	}
-	conn := w.Connection()
-	if conn == nil || conn.IsClosed() {
-		return nil, fmt.Errorf("%w: reconnecting", ErrNotConnected)
-	}
-	return conn, nil
-}

@@ -35,7 +35,7 @@ func newDeclarer(conn *wamqp.ConnectionWrapper, args amqp.Table) *declarer {
 // ensure declares those of queues not yet declared on the current connection, or all of them
 // when force is set.
 func (d *declarer) ensure(ctx context.Context, force bool, queues ...string) error {
-	conn, err := d.connection()
+	conn, err := currentConnection(d.conn)
 	if err != nil {
 		return err
 	}
@@ -69,14 +69,15 @@ func (d *declarer) ensure(ctx context.Context, force bool, queues ...string) err
 	return nil
 }
 
-func (d *declarer) connection() (*amqp.Connection, error) {
-	if d.conn.Closed() {
+// currentConnection is the wrapper's live connection, or ErrNotConnected while it reconnects.
+func currentConnection(w *wamqp.ConnectionWrapper) (*amqp.Connection, error) {
+	if w.Closed() {
 		return nil, fmt.Errorf("%w: closed", ErrNotConnected)
 	}
-	if !d.conn.IsConnected() {
+	if !w.IsConnected() {
 		return nil, fmt.Errorf("%w: reconnecting", ErrNotConnected)
 	}
-	conn := d.conn.Connection()
+	conn := w.Connection()
 	if conn == nil || conn.IsClosed() {
 		return nil, fmt.Errorf("%w: reconnecting", ErrNotConnected)
 	}
