@@ -607,6 +607,32 @@ func TestCloseDeliversTheAcksOfMessagesStillBeingHandled(t *testing.T) {
 		"the acked ones are gone, the rest are back on the queue")
 }
 
+// TestConsumingResumesAfterItsQueueIsDeleted: deleting a queue makes the broker cancel its
+// consumers without closing their channels. The Consumers > 1 subscription notices, declares the
+// queue again and consumes it, rather than waiting forever for a channel close.
+func TestConsumingResumesAfterItsQueueIsDeleted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := b.queue("deleted")
+	config := b.config
+	config.Consumers = 4
+	sub := newSubscriber(t, config)
+	msgs, err := sub.Subscribe(t.Context(), q)
+	require.NoError(t, err)
+	pub := newPublisher(t, b.config)
+	require.NoError(t, pub.Publish(q, message.NewMessage("before", nil)))
+	require.Equal(t, "before", receive(t, msgs, 10*time.Second).UUID)
+
+	require.NoError(t, b.channel(t, func(ch *amqp.Channel) error { _, err := ch.QueueDelete(q, false, false, false); return err }))
+	// The publisher declared the queue on this connection already; the subscription declares it
+	// again when it consumes again.
+	require.Eventually(t, func() bool { return b.exists(t, q) }, 15*time.Second, 50*time.Millisecond, "the queue is declared again")
+	require.NoError(t, b.channel(t, func(ch *amqp.Channel) error {
+		return ch.PublishWithContext(t.Context(), "", q, true, false, amqp.Publishing{MessageId: "after", DeliveryMode: amqp.Persistent})
+	}))
+	require.Equal(t, "after", receive(t, msgs, 15*time.Second).UUID, "consuming resumed")
+}
+
 // TestNackedMessagesComeBackWhileOthersAreAcked mixes nacks and acks on one channel of the
 // Consumers > 1 subscription: every nacked message is delivered again, every acked one leaves
 // the queue, and the channel survives (a wrong multiple-ack would close it).

@@ -129,7 +129,7 @@ func (c *consumer) session(ctx context.Context) (started bool, err error) {
 		select {
 		case d, ok := <-deliveries:
 			if !ok {
-				return true, channelClosed(<-closed)
+				return true, consumerGone(ch, closed)
 			}
 			acks.delivered(d.DeliveryTag)
 			msg, done := c.message(msgsCtx, d)
@@ -203,6 +203,20 @@ func (c *consumer) finish(ch *amqp.Channel, tag string, inFlight *sync.WaitGroup
 	}
 	acks.stop()
 	return nil
+}
+
+// consumerGone says why deliveries stopped: the channel closed, or the broker cancelled the
+// consumer on an open channel (its queue was deleted), which no close notification follows.
+func consumerGone(ch *amqp.Channel, closed <-chan *amqp.Error) error {
+	select {
+	case e := <-closed:
+		return channelClosed(e)
+	case <-time.After(time.Second):
+	}
+	if ch.IsClosed() {
+		return channelClosed(nil)
+	}
+	return errors.New("the broker cancelled the consumer (was its queue deleted?)")
 }
 
 func channelClosed(e *amqp.Error) error {
