@@ -165,6 +165,17 @@ func receive(t *testing.T, ch <-chan *message.Message, within time.Duration) *me
 	}
 }
 
+// publishMany publishes n empty messages to q in one call, the i-th with UUID id(i).
+func publishMany(t *testing.T, pub *amqptransport.Publisher, q string, n int, id func(i int) string) []*message.Message {
+	t.Helper()
+	batch := make([]*message.Message, n)
+	for i := range batch {
+		batch[i] = message.NewMessage(id(i), nil)
+	}
+	require.NoError(t, pub.Publish(q, batch...))
+	return batch
+}
+
 // take is receive without the ack: the caller settles the message.
 func take(t *testing.T, ch <-chan *message.Message, within time.Duration) *message.Message {
 	t.Helper()
@@ -489,11 +500,7 @@ func TestManyConsumersHandleMessagesConcurrently(t *testing.T) {
 	require.NoError(t, err)
 	pub := newPublisher(t, b.config)
 	const n = 40
-	batch := make([]*message.Message, n)
-	for i := range batch {
-		batch[i] = message.NewMessage(watermill.NewUUID(), nil)
-	}
-	require.NoError(t, pub.Publish(q, batch...))
+	publishMany(t, pub, q, n, func(int) string { return watermill.NewUUID() })
 
 	var (
 		mu                sync.Mutex
@@ -533,11 +540,7 @@ func TestCloseWithUnreadMessagesReturnsThemToTheQueue(t *testing.T) {
 	b := setup(t)
 	q := b.queue("many")
 	pub := newPublisher(t, b.config)
-	batch := make([]*message.Message, 10)
-	for i := range batch {
-		batch[i] = message.NewMessage(watermill.NewUUID(), nil)
-	}
-	require.NoError(t, pub.Publish(q, batch...))
+	batch := publishMany(t, pub, q, 10, func(int) string { return watermill.NewUUID() })
 	for _, consumers := range []int{1, 3} {
 		config := b.config
 		config.Consumers = consumers
@@ -570,11 +573,7 @@ func TestCloseDeliversTheAcksOfMessagesStillBeingHandled(t *testing.T) {
 	b := setup(t)
 	q := b.queue("graceful")
 	pub := newPublisher(t, b.config)
-	batch := make([]*message.Message, 20)
-	for i := range batch {
-		batch[i] = message.NewMessage(watermill.NewUUID(), nil)
-	}
-	require.NoError(t, pub.Publish(q, batch...))
+	batch := publishMany(t, pub, q, 20, func(int) string { return watermill.NewUUID() })
 	config := b.config
 	config.Consumers = 4
 	sub, err := amqptransport.NewSubscriber(config, watermill.NopLogger{})
@@ -642,11 +641,7 @@ func TestNackedMessagesComeBackWhileOthersAreAcked(t *testing.T) {
 	q := b.queue("nack")
 	pub := newPublisher(t, b.config)
 	const n = 300
-	batch := make([]*message.Message, n)
-	for i := range batch {
-		batch[i] = message.NewMessage(fmt.Sprintf("m-%03d", i), nil)
-	}
-	require.NoError(t, pub.Publish(q, batch...))
+	publishMany(t, pub, q, n, func(i int) string { return fmt.Sprintf("m-%03d", i) })
 	config := b.config
 	config.Consumers = 32
 	sub := newSubscriber(t, config)
