@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -43,6 +44,8 @@ type Subscriber struct {
 	closeOnce sync.Once
 	closeErr  error
 	workers   sync.WaitGroup // consumers, purging
+
+	takes atomic.Int64 // transactions begun to take messages (read by tests)
 
 	mu        sync.Mutex
 	consumers int                  // started, to keep that many idle connections in an owned pool
@@ -147,7 +150,7 @@ func (s *Subscriber) consume(ctx context.Context, topic string, out chan<- *mess
 		if s.stopped(ctx) {
 			return
 		}
-		woken := s.wake.waiter(topic) // before the look: rows committed after it wake us
+		mark := s.wake.mark(topic) // before the look: rows committed after it wake us
 		var (
 			n   int
 			err error
@@ -165,15 +168,26 @@ func (s *Subscriber) consume(ctx context.Context, topic string, out chan<- *mess
 		if wait <= 0 {
 			continue
 		}
-		if err != nil {
-			woken = nil // a failing database is retried at its pace, not at every publish
-		}
 		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-		case <-s.closing:
-		case <-timer.C:
-		case <-woken:
+		if err != nil {
+			// A failing database is retried at its pace, not at every publish.
+			select {
+			case <-ctx.Done():
+			case <-s.closing:
+			case <-timer.C:
+			}
+		} else {
+			woken, leave := s.wake.sleep(topic, mark)
+			looking := true
+			select {
+			case <-ctx.Done():
+				looking = false
+			case <-s.closing:
+				looking = false
+			case <-timer.C:
+			case <-woken:
+			}
+			leave(looking)
 		}
 		timer.Stop()
 	}
@@ -204,6 +218,7 @@ func (s *Subscriber) take(ctx context.Context, topic string, out chan<- *message
 	// The transaction is not tied to ctx, which database/sql would roll it back with: when the
 	// subscription stops in the middle of a batch, the acked messages are still deleted.
 	txCtx := context.WithoutCancel(ctx)
+	s.takes.Add(1)
 	tx, err := s.db.BeginTx(txCtx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return 0, fmt.Errorf("beginning a transaction to take messages: %w", err)
@@ -217,6 +232,11 @@ func (s *Subscriber) take(ctx context.Context, topic string, out chan<- *message
 	batch, err := s.lock(ctx, tx, topic)
 	if err != nil || len(batch) == 0 {
 		return 0, err
+	}
+	if len(batch) == s.config.BatchSize {
+		// More may wait: wake another consumer to take the next batch while this one is handed
+		// out, as a commit wakes only one.
+		s.wake.wakeOne(topic)
 	}
 
 	acked := make([]bool, len(batch))
