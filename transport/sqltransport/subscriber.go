@@ -141,30 +141,35 @@ func (s *Subscriber) started(consumers int, cancel context.CancelFunc) {
 }
 
 // consume takes batches from topic's table until ctx ends or the Subscriber closes: at once
-// after a batch, after PollInterval (or a wake-up) when the table was empty, after RetryInterval
-// when the database failed.
+// after a full batch or one that left rows behind, after PollInterval (or a wake-up) when the
+// table had no more, after RetryInterval when the database failed.
+//
+// A batch smaller than BatchSize, all acked, took everything the look could see, so the consumer
+// sleeps rather than look again: rows committed since the look wake it (the mark), and rows that
+// other consumers held and give back are found at the next poll. A consumer woken by a commit
+// takes at once; one whose poll came asks first whether anything waits, in one statement, before
+// it takes the three round trips of a transaction, as most polls of an idle queue find nothing.
+// A message published to idle consumers so costs one transaction.
 func (s *Subscriber) consume(ctx context.Context, topic string, out chan<- *message.Message) {
 	logger := s.logger.With(watermill.LogFields{"topic": topic})
-	idle := false
+	polled := false // looking because PollInterval passed, not because of a commit
 	for {
 		if s.stopped(ctx) {
 			return
 		}
 		mark := s.wake.mark(topic) // before the look: rows committed after it wake us
 		var (
-			n   int
-			err error
+			more bool
+			err  error
 		)
-		// An idle consumer first asks whether anything waits, in one statement, before it takes
-		// the three round trips of a transaction: most looks of an idle queue find nothing.
-		if !idle || s.anyWaiting(ctx, topic) {
-			n, err = s.take(ctx, topic, out, logger)
+		if !polled || s.anyWaiting(ctx, topic) {
+			more, err = s.take(ctx, topic, out, logger)
 		}
-		idle = n == 0 && err == nil
 		if s.stopped(ctx) {
 			return
 		}
-		wait := s.pace.HandleError(logger, n == 0, err)
+		polled = false
+		wait := s.pace.HandleError(logger, !more, err)
 		if wait <= 0 {
 			continue
 		}
@@ -185,6 +190,7 @@ func (s *Subscriber) consume(ctx context.Context, topic string, out chan<- *mess
 			case <-s.closing:
 				looking = false
 			case <-timer.C:
+				polled = true
 			case <-woken:
 			}
 			leave(looking)
@@ -213,15 +219,16 @@ type row struct {
 }
 
 // take locks a batch of topic's rows, hands their messages out, and deletes (MySQL: marks) the
-// acked ones in the same transaction. It returns how many rows it locked.
-func (s *Subscriber) take(ctx context.Context, topic string, out chan<- *message.Message, logger watermill.LoggerAdapter) (int, error) {
+// acked ones in the same transaction. It reports whether more may wait: it locked a full batch,
+// or left rows in the table.
+func (s *Subscriber) take(ctx context.Context, topic string, out chan<- *message.Message, logger watermill.LoggerAdapter) (more bool, err error) {
 	// The transaction is not tied to ctx, which database/sql would roll it back with: when the
 	// subscription stops in the middle of a batch, the acked messages are still deleted.
 	txCtx := context.WithoutCancel(ctx)
 	s.takes.Add(1)
 	tx, err := s.db.BeginTx(txCtx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return 0, fmt.Errorf("beginning a transaction to take messages: %w", err)
+		return false, fmt.Errorf("beginning a transaction to take messages: %w", err)
 	}
 	committed := false
 	defer func() {
@@ -231,7 +238,7 @@ func (s *Subscriber) take(ctx context.Context, topic string, out chan<- *message
 	}()
 	batch, err := s.lock(ctx, tx, topic)
 	if err != nil || len(batch) == 0 {
-		return 0, err
+		return false, err
 	}
 	if len(batch) == s.config.BatchSize {
 		// More may wait: wake another consumer to take the next batch while this one is handed
@@ -264,19 +271,19 @@ func (s *Subscriber) take(ctx context.Context, topic string, out chan<- *message
 		}
 	}
 	if len(offsets) == 0 {
-		return len(batch), nil // rolled back: every row is handed out again
+		return true, nil // rolled back: every row is handed out again
 	}
 	finishCtx, cancel := context.WithTimeout(txCtx, finishTimeout)
 	defer cancel()
 	query, args := s.acks.ackQuery(topic, offsets)
 	if _, err := tx.ExecContext(finishCtx, query, args...); err != nil {
-		return len(batch), fmt.Errorf("ending %d acked messages: %w", len(offsets), err)
+		return true, fmt.Errorf("ending %d acked messages: %w", len(offsets), err)
 	}
 	committed = true // a failed commit rolls back by itself
 	if err := tx.Commit(); err != nil {
-		return len(batch), fmt.Errorf("committing %d acked messages: %w", len(offsets), err)
+		return true, fmt.Errorf("committing %d acked messages: %w", len(offsets), err)
 	}
-	return len(batch), nil
+	return len(batch) == s.config.BatchSize || len(offsets) < len(batch), nil
 }
 
 // anyWaiting reports whether topic's table may hold a message to take: a row not acked, which

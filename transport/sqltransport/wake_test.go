@@ -81,9 +81,9 @@ func TestCommitsToTopicsNoConsumerWatchesLeaveNoState(t *testing.T) {
 }
 
 // TestOnePublishWakesOneConsumer: with eight idle consumers, each message published makes one of
-// them look, not all eight. Woken all at once, each began a transaction and most rolled back
-// empty-handed: some 8 transactions a message, where one consumer needs 2 (the take, and the look
-// after it that finds the queue empty).
+// them take it, in one transaction. Woken all at once, each began a transaction and most rolled
+// back empty-handed: some 8.6 transactions a message. And a consumer that took less than a full
+// batch sleeps rather than look again and find nothing: 2 a message.
 func TestOnePublishWakesOneConsumer(t *testing.T) {
 	t.Parallel()
 	const messages = 20
@@ -106,7 +106,7 @@ func TestOnePublishWakesOneConsumer(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // the looks after the last take
 		takes := sub.takes.Load() - before
 		t.Logf("%s: %d transactions for %d messages published one by one to 8 idle consumers", db.dialect, takes, messages)
-		require.LessOrEqual(t, takes, int64(3*messages))
+		require.LessOrEqual(t, takes, int64(messages+messages/2))
 	})
 }
 
