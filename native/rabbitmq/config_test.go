@@ -22,9 +22,25 @@ func TestConfigValidate(t *testing.T) {
 	require.NoError(t, rabbitmq.Config{URL: ok}.Validate())
 	require.ErrorContains(t, rabbitmq.Config{URL: ok, ChannelPoolSize: -1}.Validate(), "ChannelPoolSize")
 	require.ErrorContains(t, rabbitmq.Config{URL: ok, QueueType: "lazy"}.Validate(), `queue type "lazy"`)
-	for _, prefix := range []string{"has space", "amq.reserved", "wild*", "hash#", strings.Repeat("p", 201)} {
+	for _, prefix := range []string{"has space", "amq.reserved", "wild*", "hash#", strings.Repeat("p", 187)} {
 		require.ErrorIs(t, rabbitmq.Config{URL: ok, Prefix: prefix}.Validate(), rabbitmq.ErrInvalidConfig, prefix)
 	}
+}
+
+// TestTheLongestPrefixLeavesRoomForEveryName: every name and routing key a topology uses fits
+// AMQP's 255 bytes with the longest prefix accepted. (With prefixes of 187 to 200 bytes, once
+// accepted, the probe queue's name could not end a routing key, and verify's probes failed.)
+func TestTheLongestPrefixLeavesRoomForEveryName(t *testing.T) {
+	t.Parallel()
+	prefix := strings.Repeat("p", 186)
+	topo, err := rabbitmq.NewTopology(prefix, "")
+	require.NoError(t, err)
+	for _, name := range []string{topo.Exchange(27), topo.Queue(27), topo.DeliveryExchange(), topo.ProbeQueue()} {
+		require.LessOrEqual(t, len(name), 255, name)
+	}
+	key, err := rabbitmq.RoutingKey(rabbitmq.MaxDelaySeconds, topo.ProbeQueue())
+	require.NoError(t, err)
+	require.Len(t, key, 255)
 }
 
 func TestTopologyNames(t *testing.T) {

@@ -29,7 +29,7 @@ func newProber(conn *amqp.Connection) (*prober, error) {
 // routes reports whether a probe published to exchange with key reaches a queue.
 func (p *prober) routes(ctx context.Context, exchange, key string) (bool, error) {
 	results, err := p.s.send(ctx, []outgoing{{exchange: exchange, key: key, msg: amqp.Publishing{
-		MessageId:  "probe:" + key,
+		MessageId:  probeHeader, // a return is matched by exchange and key; a key can take all of a short string's 255 bytes
 		Expiration: "0",
 		Headers:    amqp.Table{probeHeader: true},
 	}}})

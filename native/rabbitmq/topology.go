@@ -25,8 +25,13 @@ const (
 // DefaultPrefix starts the names of the delay infrastructure.
 const DefaultPrefix = "timeoutmill"
 
-// maxPrefix leaves room in a 255-byte AMQP name for ".delay-level-27" and ".delay-delivery".
-const maxPrefix = 200
+// probeQueueSuffix ends the probe queue's name.
+const probeQueueSuffix = ".delay-probes"
+
+// maxPrefix is the longest prefix whose probe queue can still end a routing key, as verify's
+// probes route to it: the tightest of the names the prefix starts (the level and delivery names
+// take at most 15 more bytes of an AMQP name's 255).
+const maxPrefix = MaxDestinationLength - len(probeQueueSuffix)
 
 // Topology names the delay infrastructure and says which queues it uses:
 //
@@ -82,7 +87,7 @@ func (t Topology) DeliveryExchange() string { return t.prefix + ".delay-delivery
 
 // ProbeQueue names the queue that verify's probe messages end in. It keeps nothing: it is
 // limited to zero messages.
-func (t Topology) ProbeQueue() string { return t.prefix + ".delay-probes" }
+func (t Topology) ProbeQueue() string { return t.prefix + probeQueueSuffix }
 
 // TTLMillis is the time a message spends in the queue of level: 2^level seconds.
 func TTLMillis(level int) int64 { return int64(1000) << level }

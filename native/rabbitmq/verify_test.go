@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +25,18 @@ func TestSetupIsIdempotentAndVerifyPasses(t *testing.T) {
 			t.Logf("verify took %s", time.Since(start).Round(time.Millisecond))
 		})
 	}
+}
+
+// TestVerifyPassesWithTheLongestPrefix: verify's probes route to the probe queue whatever the
+// prefix's length.
+func TestVerifyPassesWithTheLongestPrefix(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t, rabbitmq.Classic)
+	topo, err := rabbitmq.NewTopology(b.topo.Prefix()+"-"+strings.Repeat("p", 186-len(b.topo.Prefix())-1), rabbitmq.Classic)
+	require.NoError(t, err)
+	b.topo = topo // deleted by newBroker's cleanup
+	b.setup(t)
+	require.NoError(t, b.topo.Verify(context.Background(), b.conn))
 }
 
 func TestVerifyNamesEachMissingOrWrongPiece(t *testing.T) {
