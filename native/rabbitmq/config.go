@@ -9,6 +9,8 @@ import (
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/timeoutmill/timeoutmill/internal/coalesce"
+
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 )
 
@@ -132,7 +134,7 @@ func (c Config) amqpConfig(role string) amqp.Config {
 		Heartbeat:       defaultHeartbeat,
 		Locale:          "en_US",
 		TLSClientConfig: c.TLS,
-		Dial:            amqp.DefaultDial(c.DialTimeout),
+		Dial:            coalesce.Dial(amqp.DefaultDial(c.DialTimeout)), // many messages a system call; see internal/coalesce,
 		Properties: amqp.Table{
 			"connection_name": c.ConnectionName + " " + role,
 			"product":         "timeoutmill native delay (amqp091-go)",

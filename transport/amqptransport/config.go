@@ -10,6 +10,8 @@ import (
 
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/timeoutmill/timeoutmill/internal/coalesce"
 )
 
 // ErrInvalidConfig is wrapped by every configuration error of this package.
@@ -165,7 +167,7 @@ func (c Config) connectionConfig(role string) wamqp.ConnectionConfig {
 			Heartbeat:       DefaultHeartbeat,
 			Locale:          "en_US",
 			TLSClientConfig: c.TLS,
-			Dial:            amqp.DefaultDial(c.DialTimeout),
+			Dial:            coalesce.Dial(amqp.DefaultDial(c.DialTimeout)), // many messages a system call; see internal/coalesce,
 			Properties: amqp.Table{
 				"connection_name": c.ConnectionName + " " + role,
 				"product":         "timeoutmill (watermill-amqp, amqp091-go)",
