@@ -127,7 +127,10 @@ func (s *sender) sendChunk(ctx context.Context, out []outgoing, results []error)
 func (s *sender) matchReturns(out []outgoing, results []error) {
 	for {
 		select {
-		case r := <-s.returns:
+		case r, ok := <-s.returns:
+			if !ok {
+				return // closed with the channel: every return it had was taken
+			}
 			for i, o := range out {
 				if results[i] == nil && o.exchange == r.Exchange && o.key == r.RoutingKey && o.msg.MessageId == r.MessageId {
 					results[i] = fmt.Errorf("%w: exchange %s, routing key %s: %s", ErrUnroutable, r.Exchange, r.RoutingKey, r.ReplyText)

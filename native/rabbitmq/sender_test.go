@@ -1,0 +1,41 @@
+package rabbitmq
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/timeoutmill/timeoutmill/internal/testenv"
+)
+
+// TestASendOnAClosedChannelReturnsItsError: once its channel is closed, a send reports every
+// message as not confirmed and returns. amqp091 closes a channel's return notifications with the
+// channel, and reading them as if open spun forever (one test run hung for ten minutes at 100 %
+// CPU when the broker connection closed under a probe).
+func TestASendOnAClosedChannelReturnsItsError(t *testing.T) {
+	t.Parallel()
+	conn, err := amqp.Dial(testenv.AMQPURL(t))
+	require.NoError(t, err)
+	defer conn.Close()
+	s, err := newSender(conn)
+	require.NoError(t, err)
+	s.close()
+
+	done := make(chan struct{})
+	var results []error
+	go func() {
+		defer close(done)
+		results, err = s.send(context.Background(), []outgoing{{exchange: "", key: "nowhere", msg: amqp.Publishing{Body: []byte("x")}}})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("send on a closed channel did not return")
+	}
+	require.Error(t, err)
+	require.Len(t, results, 1)
+	require.ErrorIs(t, results[0], ErrNotConfirmed)
+}
