@@ -80,6 +80,14 @@ func TestCommitsToTopicsNoConsumerWatchesLeaveNoState(t *testing.T) {
 	require.Empty(t, w.topics)
 }
 
+// untilAsleep waits for a new subscription's consumers to have made their first look, which finds
+// the queue empty, and to have gone to sleep.
+func untilAsleep(t *testing.T, sub *Subscriber, consumers int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return sub.takes.Load() >= int64(consumers) }, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+}
+
 // TestOnePublishWakesOneConsumer: with eight idle consumers, each message published makes one of
 // them take it, in one transaction. Woken all at once, each began a transaction and most rolled
 // back empty-handed: some 8.6 transactions a message. And a consumer that took less than a full
@@ -95,8 +103,7 @@ func TestOnePublishWakesOneConsumer(t *testing.T) {
 		msgs, err := sub.Subscribe(t.Context(), "trickle")
 		require.NoError(t, err)
 		// Each consumer looks once as it starts, and finds nothing.
-		require.Eventually(t, func() bool { return sub.takes.Load() >= int64(config.Consumers) }, 10*time.Second, 5*time.Millisecond)
-		time.Sleep(100 * time.Millisecond)
+		untilAsleep(t, sub, config.Consumers)
 		before := sub.takes.Load()
 		for i := range messages {
 			require.NoError(t, pub.Publish("trickle", message.NewMessage(fmt.Sprintf("m-%d", i), nil)))
@@ -125,15 +132,10 @@ func TestABacklogFansOutToEveryConsumer(t *testing.T) {
 		defer cancel()
 		msgs, err := sub.Subscribe(ctx, "backlog")
 		require.NoError(t, err)
-		require.Eventually(t, func() bool { return sub.takes.Load() >= int64(config.Consumers) }, 10*time.Second, 5*time.Millisecond)
-		time.Sleep(100 * time.Millisecond) // all asleep
+		untilAsleep(t, sub, config.Consumers)
 
 		total := config.Consumers * config.BatchSize
-		var batch []*message.Message
-		for i := range total {
-			batch = append(batch, message.NewMessage(fmt.Sprintf("m-%02d", i), nil))
-		}
-		require.NoError(t, pub.Publish("backlog", batch...)) // one commit
+		publishN(t, pub, "backlog", total) // one commit
 		var held []*message.Message
 		for range total {
 			held = append(held, next(t, msgs)) // not acked: each consumer keeps its batch
