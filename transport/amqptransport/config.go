@@ -39,9 +39,9 @@ type Config struct {
 	ConnectionName string
 
 	// ChannelPoolSize is how many channels the Publisher keeps open, and so how many Publish
-	// calls may run at once. Defaults to 8. A Publish call sends its messages on one channel and
-	// waits for their publisher confirms together; concurrent calls beyond the pool wait for a
-	// channel.
+	// calls may send at once. Defaults to 8. A Publish call sends its messages on one channel,
+	// hands the channel on, and then waits for their publisher confirms together; a call waiting
+	// for confirms holds no channel, so any number may wait at once.
 	ChannelPoolSize int
 
 	// PrefetchCount is how many unacknowledged messages the broker sends ahead to each

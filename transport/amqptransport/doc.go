@@ -26,7 +26,8 @@
 // so reconnects with it) through a channel pool of its own, which sends all of a Publish call's
 // messages before waiting for their confirms: watermill-amqp's publisher waits for each
 // message's confirm before sending the next, one round trip per message, which made the poller's
-// announcements of due timeouts the slowest step of the pipeline.
+// announcements of due timeouts the slowest step of the pipeline. A call hands its channel on
+// once it has sent, so concurrent calls pipeline their confirms on shared channels.
 //
 // With Config.Consumers 1 (the default) a subscription is watermill-amqp's: one message at a
 // time, in queue order. With more, it is a consumer of this package's on one channel, which

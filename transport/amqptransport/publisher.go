@@ -33,7 +33,10 @@ const maxQueueName = 255
 //
 // One Publish call sends its messages in order on one channel of the pool and then waits for
 // their confirms together, so a batch costs about one round trip, not one per message
-// (watermill-amqp's own publisher waits for each confirm before sending the next message).
+// (watermill-amqp's own publisher waits for each confirm before sending the next message). The
+// channel goes back to the pool once the messages are sent, so concurrent calls (the dispatch
+// satellite's handlers, each forwarding one message) share channels while they wait: confirms
+// are pipelined, and the pool bounds the calls sending at once, not the messages unconfirmed.
 //
 // Before the first publish to a topic on a connection it makes sure the topic's queue exists,
 // creating it durable if not: RabbitMQ silently drops a message published for a queue that does
@@ -100,25 +103,9 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 }
 
 func (p *Publisher) publish(ctx context.Context, topic string, messages []*message.Message) error {
-	c, err := p.pool.get(ctx)
+	confirms, err := p.send(ctx, topic, messages)
 	if err != nil {
 		return err
-	}
-	defer p.pool.put(c)
-	confirms := make([]*amqp.DeferredConfirmation, len(messages))
-	for i, msg := range messages {
-		publishing, err := p.marshaler.Marshal(msg)
-		if err != nil {
-			return fmt.Errorf("marshaling message %s: %w", msg.UUID, err)
-		}
-		if p.transientAnnouncements && dispatcherqueue.IsAnnouncement(msg.Context()) {
-			publishing.DeliveryMode = amqp.Transient
-		}
-		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, "", topic, false, false, publishing)
-		if err != nil {
-			return fmt.Errorf("sending message %s: %w", msg.UUID, err)
-		}
-		confirms[i] = dc
 	}
 	for i, dc := range confirms {
 		ok, err := dc.WaitContext(ctx)
@@ -131,6 +118,35 @@ func (p *Publisher) publish(ctx context.Context, topic string, messages []*messa
 	}
 	p.logger.Trace("Messages published and confirmed", watermill.LogFields{"topic": topic, "count": len(messages)})
 	return nil
+}
+
+// send sends messages on a channel of the pool and returns their deferred confirms. The channel
+// goes back to the pool as soon as they are sent, not when they are confirmed: other calls then
+// send on it while these wait, so that a channel carries many unconfirmed messages (pipelined
+// confirms) and the pool bounds only the calls sending at once. A channel closed meanwhile
+// settles its pending confirms as nacks.
+func (p *Publisher) send(ctx context.Context, topic string, messages []*message.Message) ([]*amqp.DeferredConfirmation, error) {
+	c, err := p.pool.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer p.pool.put(c)
+	confirms := make([]*amqp.DeferredConfirmation, len(messages))
+	for i, msg := range messages {
+		publishing, err := p.marshaler.Marshal(msg)
+		if err != nil {
+			return nil, fmt.Errorf("marshaling message %s: %w", msg.UUID, err)
+		}
+		if p.transientAnnouncements && dispatcherqueue.IsAnnouncement(msg.Context()) {
+			publishing.DeliveryMode = amqp.Transient
+		}
+		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, "", topic, false, false, publishing)
+		if err != nil {
+			return nil, fmt.Errorf("sending message %s: %w", msg.UUID, err)
+		}
+		confirms[i] = dc
+	}
+	return confirms, nil
 }
 
 // DeclareEndpoint declares the queues of endpoint's timeout manager, Endpoint.Timeouts and
