@@ -74,8 +74,8 @@ type Config struct {
 	// handed out, once per hop: a due timeout crosses two (the dispatcher queue, then its
 	// destination), so delayed delivery is late by about one PollInterval on average and two at
 	// worst when the rows come from another process. An idle look is one short statement per
-	// consumer and topic: at 100 ms an idle endpoint asks its database about 20 times a second
-	// per consumer.
+	// topic and interval, whichever of the topic's sleeping consumers makes it: at 100 ms an idle
+	// endpoint (two queues) asks its database about 20 times a second, however many Consumers.
 	PollInterval time.Duration
 
 	// BatchSize is how many messages one consumer locks and hands out per transaction; acked

@@ -45,7 +45,8 @@ type Subscriber struct {
 	closeErr  error
 	workers   sync.WaitGroup // consumers, purging
 
-	takes atomic.Int64 // transactions begun to take messages (read by tests)
+	takes  atomic.Int64 // transactions begun to take messages (read by tests)
+	probes atomic.Int64 // polls that asked whether anything waits (read by tests)
 
 	mu        sync.Mutex
 	consumers int                  // started, to keep that many idle connections in an owned pool
@@ -146,10 +147,12 @@ func (s *Subscriber) started(consumers int, cancel context.CancelFunc) {
 //
 // A batch smaller than BatchSize, all acked, took everything the look could see, so the consumer
 // sleeps rather than look again: rows committed since the look wake it (the mark), and rows that
-// other consumers held and give back are found at the next poll. A consumer woken by a commit
-// takes at once; one whose poll came asks first whether anything waits, in one statement, before
-// it takes the three round trips of a transaction, as most polls of an idle queue find nothing.
-// A message published to idle consumers so costs one transaction.
+// other consumers held and give back are found at the next poll. The poll is the topic's: every
+// PollInterval it wakes the consumer asleep the longest, so that however many consumers sleep on
+// a topic, one asks. A consumer woken by a commit takes at once; one woken by the poll asks first
+// whether anything waits, in one statement, before it takes the three round trips of a
+// transaction, as most polls of an idle queue find nothing. A message published to idle
+// consumers so costs one transaction.
 func (s *Subscriber) consume(ctx context.Context, topic string, out chan<- *message.Message) {
 	logger := s.logger.With(watermill.LogFields{"topic": topic})
 	polled := false // looking because PollInterval passed, not because of a commit
@@ -173,29 +176,28 @@ func (s *Subscriber) consume(ctx context.Context, topic string, out chan<- *mess
 		if wait <= 0 {
 			continue
 		}
-		timer := time.NewTimer(wait)
 		if err != nil {
 			// A failing database is retried at its pace, not at every publish.
+			timer := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
 			case <-s.closing:
 			case <-timer.C:
 			}
-		} else {
-			woken, leave := s.wake.sleep(topic, mark)
-			looking := true
-			select {
-			case <-ctx.Done():
-				looking = false
-			case <-s.closing:
-				looking = false
-			case <-timer.C:
-				polled = true
-			case <-woken:
-			}
-			leave(looking)
+			timer.Stop()
+			continue
 		}
-		timer.Stop()
+		sleeper, leave := s.wake.sleep(topic, mark, wait)
+		looking := true
+		select {
+		case <-ctx.Done():
+			looking = false
+		case <-s.closing:
+			looking = false
+		case <-sleeper.woken:
+			polled = sleeper.polled
+		}
+		leave(looking)
 	}
 }
 
@@ -243,7 +245,7 @@ func (s *Subscriber) take(ctx context.Context, topic string, out chan<- *message
 	if len(batch) == s.config.BatchSize {
 		// More may wait: wake another consumer to take the next batch while this one is handed
 		// out, as a commit wakes only one.
-		s.wake.wakeOne(topic)
+		s.wake.wakeOne(topic, false)
 	}
 
 	acked := make([]bool, len(batch))
@@ -290,6 +292,7 @@ func (s *Subscriber) take(ctx context.Context, topic string, out chan<- *message
 // another consumer may hold. When the question itself fails it says yes, so that take meets the
 // failure and it is handled (and retried) there.
 func (s *Subscriber) anyWaiting(ctx context.Context, topic string) bool {
+	s.probes.Add(1)
 	var one int
 	err := s.db.QueryRowContext(ctx, s.schema.probeQuery(topic)).Scan(&one)
 	return !errors.Is(err, sql.ErrNoRows)

@@ -11,60 +11,64 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// woken reports whether ch is closed.
-func woken(ch <-chan struct{}) bool {
+// woken reports whether s was woken.
+func woken(s *sleeper) bool {
 	select {
-	case <-ch:
+	case <-s.woken:
 		return true
 	default:
 		return false
 	}
 }
 
+// noPoll is a poll interval long enough for the unit tests of commits not to meet a poll.
+const noPoll = time.Hour
+
 func TestACommitWakesOneSleeperTheLongestAsleep(t *testing.T) {
 	w := newWakeups()
-	var chans []<-chan struct{}
+	var sleepers []*sleeper
 	for range 3 {
-		ch, leave := w.sleep("q", w.mark("q"))
+		s, leave := w.sleep("q", w.mark("q"), noPoll)
 		t.Cleanup(func() { leave(true) })
-		chans = append(chans, ch)
+		sleepers = append(sleepers, s)
 	}
 	w.notify("q")
-	require.True(t, woken(chans[0]))
-	require.False(t, woken(chans[1]))
-	require.False(t, woken(chans[2]))
+	require.True(t, woken(sleepers[0]))
+	require.False(t, sleepers[0].polled, "a commit says rows wait: take them without asking first")
+	require.False(t, woken(sleepers[1]))
+	require.False(t, woken(sleepers[2]))
 	w.notify("q")
-	require.True(t, woken(chans[1]))
-	require.False(t, woken(chans[2]))
+	require.True(t, woken(sleepers[1]))
+	require.False(t, woken(sleepers[2]))
 	w.notify("other")
-	require.False(t, woken(chans[2]), "a commit to another topic wakes nobody here")
+	require.False(t, woken(sleepers[2]), "a commit to another topic wakes nobody here")
 }
 
 func TestACommitDuringTheLookWakesTheLooker(t *testing.T) {
 	w := newWakeups()
 	mark := w.mark("q")
 	w.notify("q") // committed while the consumer looked at the table
-	ch, leave := w.sleep("q", mark)
+	s, leave := w.sleep("q", mark, noPoll)
 	defer leave(true)
-	require.True(t, woken(ch), "rows committed after the look must not wait for the poll")
+	require.True(t, woken(s), "rows committed after the look must not wait for the poll")
 
-	ch2, leave2 := w.sleep("q", w.mark("q"))
+	s2, leave2 := w.sleep("q", w.mark("q"), noPoll)
 	defer leave2(true)
-	require.False(t, woken(ch2))
+	require.False(t, woken(s2))
 }
 
 func TestASleeperThatLeavesIsNotWokenAndPassesOnAWakeUpItWillNotUse(t *testing.T) {
 	w := newWakeups()
-	a, leaveA := w.sleep("q", w.mark("q"))
-	b, leaveB := w.sleep("q", w.mark("q"))
+	a, leaveA := w.sleep("q", w.mark("q"), noPoll)
+	b, leaveB := w.sleep("q", w.mark("q"), noPoll)
 	defer leaveB(true)
-	leaveA(true) // its poll came first
+	leaveA(true) // its subscription ended first
 	w.notify("q")
 	require.False(t, woken(a))
 	require.True(t, woken(b), "the wake-up goes to one still asleep")
 
-	c, leaveC := w.sleep("q", w.mark("q"))
-	d, leaveD := w.sleep("q", w.mark("q"))
+	c, leaveC := w.sleep("q", w.mark("q"), noPoll)
+	d, leaveD := w.sleep("q", w.mark("q"), noPoll)
 	defer leaveD(true)
 	w.notify("q")
 	require.True(t, woken(c))
@@ -78,6 +82,57 @@ func TestCommitsToTopicsNoConsumerWatchesLeaveNoState(t *testing.T) {
 		w.notify(fmt.Sprintf("published-only-%d", i))
 	}
 	require.Empty(t, w.topics)
+}
+
+// TestThePollWakesOneSleeperAtATime: three consumers asleep on a topic are polled one at a time,
+// the longest asleep first, each told to ask before it takes; a topic nobody sleeps on is not
+// polled.
+func TestThePollWakesOneSleeperAtATime(t *testing.T) {
+	w := newWakeups()
+	const poll = 20 * time.Millisecond
+	var sleepers []*sleeper
+	for range 3 {
+		s, leave := w.sleep("q", w.mark("q"), poll)
+		t.Cleanup(func() { leave(true) })
+		sleepers = append(sleepers, s)
+	}
+	for i, s := range sleepers {
+		select {
+		case <-s.woken:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("poll %d did not come", i+1)
+		}
+		require.True(t, s.polled, "a poll does not know that rows wait: ask first")
+		for _, later := range sleepers[i+1:] {
+			require.False(t, woken(later), "a poll wakes one sleeper, the one asleep the longest")
+		}
+	}
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	require.Nil(t, w.topics["q"].poll, "nobody sleeps: the poll stopped")
+}
+
+func TestThePollStopsWhenTheLastSleeperLeavesAndAnUnusedPollIsPassedOn(t *testing.T) {
+	w := newWakeups()
+	a, leaveA := w.sleep("q", w.mark("q"), noPoll)
+	leaveA(true)
+	w.mu.Lock()
+	require.Nil(t, w.topics["q"].poll)
+	w.mu.Unlock()
+	require.False(t, woken(a))
+
+	b, leaveB := w.sleep("q", w.mark("q"), 20*time.Millisecond)
+	c, leaveC := w.sleep("q", w.mark("q"), noPoll)
+	defer leaveC(true)
+	select {
+	case <-b.woken:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the poll did not come")
+	}
+	leaveB(false) // polled, but its subscription is ending
+	require.True(t, woken(c), "the poll it will not make goes to the next sleeper")
+	require.True(t, c.polled, "and is still a poll: ask first")
 }
 
 // untilAsleep waits for a new subscription's consumers to have made their first look, which finds
@@ -114,6 +169,41 @@ func TestOnePublishWakesOneConsumer(t *testing.T) {
 		takes := sub.takes.Load() - before
 		t.Logf("%s: %d transactions for %d messages published one by one to 8 idle consumers", db.dialect, takes, messages)
 		require.LessOrEqual(t, takes, int64(messages+messages/2))
+	})
+}
+
+// TestAnIdleTopicIsPolledOnceAnInterval: eight idle consumers on a topic ask the database as
+// often as one would, once a PollInterval; each polling on its own timer asked eight times as
+// often. A row another process writes (no wake-up reaches the consumers) is still found by the
+// poll.
+func TestAnIdleTopicIsPolledOnceAnInterval(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, db database) {
+		config := db.config()
+		config.Consumers = 8
+		config.PollInterval = 50 * time.Millisecond
+		sub, err := NewSubscriber(t.Context(), config, testLogger())
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, sub.Close()) })
+		msgs, err := sub.Subscribe(t.Context(), "idle")
+		require.NoError(t, err)
+		untilAsleep(t, sub, config.Consumers)
+
+		before, start := sub.probes.Load(), time.Now()
+		time.Sleep(time.Second)
+		probes, elapsed := sub.probes.Load()-before, time.Since(start)
+		intervals := int64(elapsed / config.PollInterval)
+		t.Logf("%s: %d polls in %s by %d idle consumers (%d intervals)", db.dialect, probes, elapsed.Round(time.Millisecond), config.Consumers, intervals)
+		require.Positive(t, probes, "an idle topic is still polled")
+		require.LessOrEqual(t, probes, intervals+2, "one poll an interval, whoever makes it")
+
+		other, err := NewPublisher(t.Context(), config, testLogger()) // its commits wake nobody in sub
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, other.Close()) })
+		require.NoError(t, other.Publish("idle", message.NewMessage("from-elsewhere", nil)))
+		m := next(t, msgs)
+		require.Equal(t, "from-elsewhere", m.UUID)
+		m.Ack()
 	})
 }
 
