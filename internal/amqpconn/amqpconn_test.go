@@ -1,0 +1,151 @@
+package amqpconn_test
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
+	"github.com/timeoutmill/timeoutmill/internal/testenv"
+)
+
+// fast reconnects within milliseconds, so that the tests wait for behaviour, not for backoff.
+var fast = amqpconn.Backoff{Initial: 10 * time.Millisecond, Multiplier: 2, Max: 50 * time.Millisecond}
+
+func TestAConnectionTheBrokerDropsIsMadeAgain(t *testing.T) {
+	t.Parallel()
+	p := newProxy(t, testenv.AMQPURL(t))
+	c, err := amqpconn.Dial(p.url, amqp.Config{}, fast, nil)
+	require.NoError(t, err)
+	defer c.Close()
+	first, err := c.Current()
+	require.NoError(t, err)
+
+	for range 3 {
+		p.dropAll()
+		var again *amqp.Connection
+		require.Eventually(t, func() bool {
+			again, err = c.Current()
+			return err == nil && again != first
+		}, 10*time.Second, 5*time.Millisecond, "a new connection after the old one was dropped")
+		ch, err := again.Channel()
+		require.NoError(t, err, "the new connection works")
+		require.NoError(t, ch.Close())
+		first = again
+	}
+}
+
+func TestWhileTheBrokerIsAwayCurrentSaysSoAndCloseDoesNotWait(t *testing.T) {
+	t.Parallel()
+	p := newProxy(t, testenv.AMQPURL(t))
+	c, err := amqpconn.Dial(p.url, amqp.Config{}, fast, nil)
+	require.NoError(t, err)
+
+	p.refuse(true)
+	p.dropAll()
+	require.Eventually(t, func() bool {
+		_, err := c.Current()
+		return errors.Is(err, amqpconn.ErrNotConnected)
+	}, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // a few refused attempts
+	_, err = c.Current()
+	require.ErrorIs(t, err, amqpconn.ErrNotConnected, "no connection while the broker refuses")
+
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for a broker that is away")
+	}
+	_, err = c.Current()
+	require.ErrorIs(t, err, amqpconn.ErrClosed)
+	require.NoError(t, c.Close(), "a second Close is harmless")
+}
+
+func TestDialFailsWhenTheBrokerCannotBeReached(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close()) // nothing listens there now
+	_, err = amqpconn.Dial("amqp://guest:guest@"+addr+"/", amqp.Config{}, fast, nil)
+	require.Error(t, err)
+}
+
+// proxy relays connections to the broker, and can drop them all or refuse new ones.
+type proxy struct {
+	url string
+
+	mu      sync.Mutex
+	conns   []net.Conn
+	refused bool
+}
+
+func newProxy(t *testing.T, brokerURL string) *proxy {
+	t.Helper()
+	u, err := url.Parse(brokerURL)
+	require.NoError(t, err)
+	broker := u.Host
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	u.Host = l.Addr().String()
+	p := &proxy{url: u.String()}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			client, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			refused := p.refused
+			p.mu.Unlock()
+			if refused {
+				_ = client.Close()
+				continue
+			}
+			server, err := net.Dial("tcp", broker)
+			if err != nil {
+				_ = client.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, client, server)
+			p.mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(server, client); _ = server.Close() })
+			wg.Go(func() { _, _ = io.Copy(client, server); _ = client.Close() })
+		}
+	})
+	t.Cleanup(func() {
+		_ = l.Close()
+		p.dropAll()
+		wg.Wait()
+	})
+	return p
+}
+
+// dropAll closes every relayed connection, as a broker restart does.
+func (p *proxy) dropAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+// refuse makes the proxy close new connections at once.
+func (p *proxy) refuse(yes bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refused = yes
+}
