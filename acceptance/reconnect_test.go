@@ -21,10 +21,6 @@ import (
 // delivering new ones. The broker itself is not restarted: every other test shares it.
 func TestServiceRecoversWhenTheBrokerDropsItsConnections(t *testing.T) {
 	t.Parallel()
-	if raceEnabled {
-		t.Skip("watermill-amqp v3.1.0 reconnects with a data race (ConnectionWrapper.connected is assigned in " +
-			"handleConnectionClose while IsConnected reads it, unsynchronised), which -race reports; run without -race")
-	}
 	ctl := rabbitmqctl(t)
 	forEachBackend(t, func(t *testing.T, b backend) {
 		e := newEnv(t, "reconnect")

@@ -30,9 +30,6 @@ func TestBrokerRestart(t *testing.T) {
 	if command == "" {
 		t.Skip(restartCommandEnv + " is not set: it needs a broker of its own to restart (see restart_test.go)")
 	}
-	if raceEnabled {
-		t.Skip("watermill-amqp v3.1.0 reconnects with a data race that -race reports; run without -race")
-	}
 	e := newEnv(t, "restart")
 	n := startNode(t, e, "a", backends()[0].database(t, e.endpoint)(t), func(c *timeouts.Config) {
 		c.ClaimLease = 5 * time.Second // an announcement lost in the outage is retried this soon

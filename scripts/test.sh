@@ -17,8 +17,3 @@ fi
 # shellcheck disable=SC1090
 source <("$services" env)
 go test -race -count=1 -timeout "${TEST_TIMEOUT:-30m}" ./...
-
-# Reconnection goes through watermill-amqp's ConnectionWrapper, whose reconnect has a data race
-# the race detector reports (upstream, v3.1.0), so the tests that drop the broker's connections
-# skip under -race; they run here without it.
-go test -count=1 -timeout 10m -run 'Reconnect|RecoversWhenTheBrokerDrops' ./transport/amqptransport ./acceptance

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
@@ -39,7 +39,7 @@ var (
 type Publisher struct {
 	topo     Topology
 	url      string
-	conn     *wamqp.ConnectionWrapper
+	conn     *amqpconn.Conn
 	declarer *amqptransport.Publisher
 	logger   watermill.LoggerAdapter
 	now      func() time.Time
@@ -75,7 +75,7 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 	}
 	logger = logger.With(watermill.LogFields{"broker": where(config.URL), "delay_prefix": config.Prefix})
 	amqpConfig := config.amqpConfig("publisher")
-	conn, err := wamqp.NewConnection(wamqp.ConnectionConfig{AmqpURI: config.URL, AmqpConfig: &amqpConfig, Reconnect: config.Reconnect}, logger)
+	conn, err := amqpconn.Dial(config.URL, amqpConfig, amqpconn.BackoffOf(config.Reconnect), logger)
 	if err != nil {
 		_ = declarer.Close()
 		return nil, fmt.Errorf("rabbitmq: connecting to %s: %w", where(config.URL), redactError(err, config.URL))
@@ -338,12 +338,9 @@ func (p *Publisher) connection() (*amqp.Connection, error) {
 		return nil, ErrClosed
 	default:
 	}
-	if !p.conn.IsConnected() {
-		return nil, fmt.Errorf("%w: reconnecting", ErrNotConnected)
-	}
-	conn := p.conn.Connection()
-	if conn == nil || conn.IsClosed() {
-		return nil, fmt.Errorf("%w: reconnecting", ErrNotConnected)
+	conn, err := p.conn.Current()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotConnected, err)
 	}
 	return conn, nil
 }

@@ -386,10 +386,7 @@ func TestWrongCredentialsAreReportedWithoutThePassword(t *testing.T) {
 // other tests on the same broker; the publisher and the subscription resume by themselves.
 func TestReconnectsAfterTheBrokerDropsTheConnections(t *testing.T) {
 	t.Parallel()
-	if raceEnabled {
-		t.Skip(racyReconnect)
-	}
-	for _, consumers := range []int{1, 4} { // watermill-amqp's subscription, and this package's
+	for _, consumers := range []int{1, 4} { // one message at a time, and many
 		t.Run(fmt.Sprintf("Consumers=%d", consumers), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
@@ -431,11 +428,6 @@ func TestReconnectsAfterTheBrokerDropsTheConnections(t *testing.T) {
 		})
 	}
 }
-
-// racyReconnect is why reconnection is not tested under the race detector.
-const racyReconnect = "watermill-amqp v3.1.0 reconnects with a data race (connection.go:139 and :133 assign " +
-	"ConnectionWrapper.connected while IsConnected reads it, unsynchronised), which -race reports; " +
-	"run this test without -race"
 
 type ctlCommand func(args ...string) ([]byte, error)
 

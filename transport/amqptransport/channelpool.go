@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"sync"
 
-	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 )
 
 // ErrClosed is returned by a Publisher used after Close.
@@ -19,11 +20,11 @@ type pooledChannel struct {
 	conn *amqp.Connection
 }
 
-// channelPool lends out publishing channels on the current connection of a watermill-amqp
-// ConnectionWrapper. A channel is opened when first needed, and opened again when it was closed
+// channelPool lends out publishing channels on the current connection of an amqpconn.Conn. A
+// channel is opened when first needed, and opened again when it was closed
 // (by a channel error) or its connection was replaced (by a reconnect).
 type channelPool struct {
-	conn *wamqp.ConnectionWrapper
+	conn *amqpconn.Conn
 	// slots holds one entry per channel the pool may have open: an empty one for a channel not
 	// opened yet.
 	slots   chan pooledChannel
@@ -32,7 +33,7 @@ type channelPool struct {
 	once    sync.Once
 }
 
-func newChannelPool(conn *wamqp.ConnectionWrapper, size int) *channelPool {
+func newChannelPool(conn *amqpconn.Conn, size int) *channelPool {
 	p := &channelPool{conn: conn, slots: make(chan pooledChannel, size), size: size, closing: make(chan struct{})}
 	for range size {
 		p.slots <- pooledChannel{}
@@ -51,16 +52,16 @@ func (p *channelPool) get(ctx context.Context) (pooledChannel, error) {
 		return pooledChannel{}, ctx.Err()
 	case c = <-p.slots:
 	}
-	conn := p.conn.Connection()
+	conn, err := currentConnection(p.conn)
 	if c.ch != nil && !c.ch.IsClosed() && c.conn == conn {
 		return c, nil
 	}
 	if c.ch != nil && !c.ch.IsClosed() {
 		_ = c.ch.Close() // a channel of a replaced connection
 	}
-	if !p.conn.IsConnected() || conn == nil || conn.IsClosed() {
+	if err != nil {
 		p.slots <- pooledChannel{}
-		return pooledChannel{}, fmt.Errorf("%w: reconnecting", ErrNotConnected)
+		return pooledChannel{}, err
 	}
 	ch, err := conn.Channel()
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 	"github.com/timeoutmill/timeoutmill/internal/coalesce"
 )
 
@@ -50,12 +51,12 @@ type Config struct {
 	// prefetched message waits for the instance that holds it).
 	PrefetchCount int
 
-	// Consumers is how many messages of one subscription may be handled at once. Defaults to 1:
-	// watermill-amqp's subscription, which hands its next message over only after the previous
-	// one was acked or nacked, in queue order. Above 1, a subscription is one channel of this
-	// package's that hands out up to Consumers messages without waiting for acks (the broker
-	// sends Consumers + PrefetchCount ahead), in no particular order, and sends their acks back
-	// as multiple-acks where it can. The timeout manager's satellites need no order and batch
+	// Consumers is how many messages of one subscription may be handled at once. A subscription
+	// is one channel that hands out up to Consumers messages without waiting for acks (the broker
+	// sends Consumers + PrefetchCount ahead) and sends their acks back as multiple-acks where it
+	// can. Defaults to 1: the next message is handed over only after the previous one was acked
+	// or nacked, in queue order (as watermill-amqp's subscription does); above 1, in no
+	// particular order. The timeout manager's satellites need no order and batch
 	// what they are handed at once, so a service gives them many.
 	Consumers int
 
@@ -91,9 +92,9 @@ type Config struct {
 	// DialTimeout bounds opening a connection. Defaults to 10 s.
 	DialTimeout time.Duration
 
-	// Reconnect paces reconnection after the connection was lost (a broker restart): watermill-amqp
-	// retries for as long as the Publisher or Subscriber is open. Defaults to a first attempt after
-	// 0.5 s, then 1.5 times longer each time, at most 5 s apart.
+	// Reconnect paces reconnection after the connection was lost (a broker restart), which is
+	// retried for as long as the Publisher or Subscriber is open (internal/amqpconn). Defaults to
+	// a first attempt after 0.5 s, then 1.5 times longer each time, at most 5 s apart, each ±50 %.
 	Reconnect *wamqp.ReconnectConfig
 }
 
@@ -161,23 +162,22 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// connectionConfig is the watermill-amqp connection of one role ("publisher" or "subscriber").
-func (c Config) connectionConfig(role string) wamqp.ConnectionConfig {
-	return wamqp.ConnectionConfig{
-		AmqpURI: c.URL,
-		AmqpConfig: &amqp.Config{
-			Heartbeat:       DefaultHeartbeat,
-			Locale:          "en_US",
-			TLSClientConfig: c.TLS,
-			Dial:            coalesce.Dial(amqp.DefaultDial(c.DialTimeout)), // many messages a system call; see internal/coalesce,
-			Properties: amqp.Table{
-				"connection_name": c.ConnectionName + " " + role,
-				"product":         "timeoutmill (watermill-amqp, amqp091-go)",
-			},
+// amqpConfig is the connection of one role ("publisher" or "subscriber").
+func (c Config) amqpConfig(role string) amqp.Config {
+	return amqp.Config{
+		Heartbeat:       DefaultHeartbeat,
+		Locale:          "en_US",
+		TLSClientConfig: c.TLS,
+		Dial:            coalesce.Dial(amqp.DefaultDial(c.DialTimeout)), // many messages a system call; see internal/coalesce
+		Properties: amqp.Table{
+			"connection_name": c.ConnectionName + " " + role,
+			"product":         "timeoutmill (amqp091-go)",
 		},
-		Reconnect: c.Reconnect,
 	}
 }
+
+// backoff paces reconnection as Reconnect says.
+func (c Config) backoff() amqpconn.Backoff { return amqpconn.BackoffOf(c.Reconnect) }
 
 // Redact returns rawURL with its password, if any, replaced by "xxxxx", for errors and logs. A URL
 // that cannot be parsed is redacted by its text: everything between "user:" and the last "@" of

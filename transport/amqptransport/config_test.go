@@ -22,16 +22,13 @@ func TestConfigDefaults(t *testing.T) {
 	require.NotNil(t, c.Reconnect)
 	require.Equal(t, 5*time.Second, c.Reconnect.BackoffMaxInterval)
 
-	wc := c.watermillConfig(topology{})
-	require.Equal(t, 16, wc.Consume.Qos.PrefetchCount)
-	require.True(t, wc.Queue.Durable)
-	require.Equal(t, "orders.Timeouts", wc.Queue.GenerateName("orders.Timeouts"), "queues are named exactly as the topic")
-	require.Equal(t, "", wc.Exchange.GenerateName("orders.Timeouts"), "the default exchange")
-	require.Equal(t, "orders.Timeouts", wc.Publish.GenerateRoutingKey("orders.Timeouts"))
-	require.False(t, wc.Consume.NoRequeueOnNack, "a nacked message is requeued, not dropped")
-
-	cc := c.connectionConfig("publisher")
-	require.Equal(t, "timeoutmill publisher", cc.AmqpConfig.Properties["connection_name"])
+	cc := c.amqpConfig("publisher")
+	require.Equal(t, "timeoutmill publisher", cc.Properties["connection_name"])
+	require.Equal(t, DefaultHeartbeat, cc.Heartbeat)
+	require.NotNil(t, cc.Dial, "connections send through internal/coalesce")
+	b := c.backoff()
+	require.Equal(t, 500*time.Millisecond, b.Initial)
+	require.Equal(t, 5*time.Second, b.Max)
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -11,16 +11,19 @@ import (
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 )
 
-// consumer is a subscription with Config.Consumers above 1: one AMQP channel whose deliveries
-// are handed out without waiting for the previous one's ack, up to handlers at once, with the
-// broker sending prefetch ahead. watermill-amqp's subscriber hands out one message per channel
-// and waits for its ack, so n messages at once took n channels, each delivery a round trip
-// behind the last ack; here the router gets a burst whole (which the satellites batch), and acks
-// go back in few frames (see acker).
+// consumer is a subscription: one AMQP channel whose deliveries are handed out without waiting
+// for the previous one's ack, up to handlers at once, with the broker sending prefetch ahead.
+// With one handler, each message is handed out once the previous one was settled, in queue
+// order. watermill-amqp's subscriber hands out one message per channel and waits for its ack,
+// so n messages at once took n channels, each delivery a round trip behind the last ack; here the
+// router gets a burst whole (which the satellites batch), and acks go back in few frames (see
+// acker).
 type consumer struct {
-	conn     *wamqp.ConnectionWrapper
+	conn     *amqpconn.Conn
 	queue    string
 	args     amqp.Table
 	handlers int
@@ -34,7 +37,7 @@ type consumer struct {
 }
 
 // run consumes until ctx is done or the Subscriber closes, consuming again after every failure
-// (a broker restart closes the channel; watermill-amqp reconnects the connection meanwhile). It
+// (a broker restart closes the channel; the connection is made again meanwhile). It
 // closes out when it stops.
 func (c *consumer) run(ctx context.Context) {
 	defer close(c.out)

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/ThreeDotsLabs/watermill"
-	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 )
 
-// ErrNotConnected is returned while the connection to the broker is down; watermill-amqp is
-// reconnecting meanwhile.
+// ErrNotConnected is returned while the connection to the broker is down; it is being made again
+// meanwhile.
 var ErrNotConnected = errors.New("amqptransport: not connected to the broker")
 
 // declarer makes sure queues exist before messages are published to them: RabbitMQ silently
@@ -20,7 +20,7 @@ var ErrNotConnected = errors.New("amqptransport: not connected to the broker")
 // remembers what it declared on the current connection; a new connection (after a broker
 // restart, which may have lost non-durable state) starts afresh.
 type declarer struct {
-	conn *wamqp.ConnectionWrapper
+	conn *amqpconn.Conn
 	args amqp.Table
 
 	mu       sync.Mutex
@@ -28,7 +28,7 @@ type declarer struct {
 	declared map[string]struct{}
 }
 
-func newDeclarer(conn *wamqp.ConnectionWrapper, args amqp.Table) *declarer {
+func newDeclarer(conn *amqpconn.Conn, args amqp.Table) *declarer {
 	return &declarer{conn: conn, args: args, declared: map[string]struct{}{}}
 }
 
@@ -69,16 +69,14 @@ func (d *declarer) ensure(ctx context.Context, force bool, queues ...string) err
 	return nil
 }
 
-// currentConnection is the wrapper's live connection, or ErrNotConnected while it reconnects.
-func currentConnection(w *wamqp.ConnectionWrapper) (*amqp.Connection, error) {
-	if w.Closed() {
+// currentConnection is the live connection, or ErrNotConnected while it is made again or after
+// it was closed.
+func currentConnection(c *amqpconn.Conn) (*amqp.Connection, error) {
+	conn, err := c.Current()
+	switch {
+	case errors.Is(err, amqpconn.ErrClosed):
 		return nil, fmt.Errorf("%w: closed", ErrNotConnected)
-	}
-	if !w.IsConnected() {
-		return nil, fmt.Errorf("%w: reconnecting", ErrNotConnected)
-	}
-	conn := w.Connection()
-	if conn == nil || conn.IsClosed() {
+	case err != nil:
 		return nil, fmt.Errorf("%w: reconnecting", ErrNotConnected)
 	}
 	return conn, nil
@@ -120,31 +118,4 @@ func onChannel(conn *amqp.Connection, use func(ch *amqp.Channel) error) error {
 		_ = ch.Close() // the result of use is what counts; a channel that failed to close is gone anyway
 	}
 	return err
-}
-
-// topology is the subscriber's wamqp.TopologyBuilder: it declares the consumed queue like
-// declareQueue, on channels of its own (watermill-amqp closes the channel it passes and fails
-// the subscription if that channel was closed by a failed passive declaration).
-type topology struct {
-	conn *wamqp.ConnectionWrapper
-	args amqp.Table
-}
-
-var _ wamqp.TopologyBuilder = topology{}
-
-func (t topology) BuildTopology(_ *amqp.Channel, params wamqp.BuildTopologyParams, _ wamqp.Config, logger watermill.LoggerAdapter) error {
-	conn := t.conn.Connection()
-	if conn == nil || conn.IsClosed() {
-		return fmt.Errorf("%w: reconnecting", ErrNotConnected)
-	}
-	if err := declareQueue(conn, params.QueueName, t.args); err != nil {
-		return err
-	}
-	logger.Debug("Queue declared", watermill.LogFields{"amqp_queue_name": params.QueueName})
-	return nil
-}
-
-// ExchangeDeclare is never called: every topic is a queue on the default exchange.
-func (topology) ExchangeDeclare(_ *amqp.Channel, exchange string, _ wamqp.Config) error {
-	return fmt.Errorf("amqptransport declares no exchanges (asked for %q)", exchange)
 }

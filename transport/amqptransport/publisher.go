@@ -7,11 +7,11 @@ import (
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
-	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -26,7 +26,7 @@ var ErrNotConfirmed = errors.New("amqptransport: message not confirmed by the br
 const maxQueueName = 255
 
 // Publisher publishes Watermill messages to durable queues named as their topics, as persistent
-// messages, on a connection of its own that watermill-amqp keeps up. Publish returns once the
+// messages, on a connection of its own that is made again when lost. Publish returns once the
 // broker has confirmed every message (publisher confirms: for persistent messages on durable
 // queues, written to disk; with Config.TransientAnnouncements, the poller's announcements of due
 // ids are transient and confirmed without waiting for the disk).
@@ -44,7 +44,7 @@ const maxQueueName = 255
 // declared (a reserved amq.* name, no permission) makes Publish fail, so the dispatch satellite
 // counts a failed forward and, past its retries, moves the message to the error queue.
 type Publisher struct {
-	conn      *wamqp.ConnectionWrapper
+	conn      *amqpconn.Conn
 	pool      *channelPool
 	declarer  *declarer
 	marshaler Marshaler
@@ -83,7 +83,7 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 // Publish publishes messages, in order, to the queue named topic, declaring it first if this
 // connection has not declared it yet. It returns when the broker has confirmed every message.
 // The first message's context bounds the call. While the connection is down (a broker restart)
-// it fails at once; watermill-amqp reconnects meanwhile. On an error, messages before the
+// it fails at once; the connection is made again meanwhile. On an error, messages before the
 // failing one may have been delivered: publishing is at least once.
 func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	if err := validateTopic(topic); err != nil {
@@ -201,9 +201,9 @@ func validateTopic(topic string) error {
 	return nil
 }
 
-// connect opens the connection of one role; watermill-amqp reconnects it by itself.
-func connect(config Config, role string, logger watermill.LoggerAdapter) (*wamqp.ConnectionWrapper, error) {
-	conn, err := wamqp.NewConnection(config.connectionConfig(role), logger)
+// connect opens the connection of one role, which is made again by itself when lost.
+func connect(config Config, role string, logger watermill.LoggerAdapter) (*amqpconn.Conn, error) {
+	conn, err := amqpconn.Dial(config.URL, config.amqpConfig(role), config.backoff(), logger)
 	if err != nil {
 		return nil, fmt.Errorf("amqptransport: connecting the %s to %s: %w", role, Redact(config.URL), redactError(err, config.URL))
 	}
@@ -215,15 +215,4 @@ func withBroker(logger watermill.LoggerAdapter, config Config) watermill.LoggerA
 		logger = watermill.NopLogger{}
 	}
 	return logger.With(watermill.LogFields{"broker": Redact(config.URL)})
-}
-
-// watermillConfig is the subscriber's watermill-amqp configuration: a durable queue per topic
-// on the default exchange, consumed with prefetch, with this package's marshaler.
-func (c Config) watermillConfig(topology wamqp.TopologyBuilder) wamqp.Config {
-	wc := wamqp.NewDurableQueueConfig(c.URL)
-	wc.Marshaler = Marshaler{}
-	wc.Queue.Arguments = c.QueueArguments
-	wc.Consume.Qos.PrefetchCount = c.PrefetchCount
-	wc.TopologyBuilder = topology
-	return wc
 }

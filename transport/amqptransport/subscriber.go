@@ -8,9 +8,10 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 )
 
 // ErrSubscriberClosed is returned by Subscribe on a closed Subscriber.
@@ -22,8 +23,7 @@ var ErrSubscriberClosed = errors.New("amqptransport: subscriber is closed")
 // requeued when it nacks it. The queue is created durable when missing; one that exists is used
 // as it is.
 type Subscriber struct {
-	conn      *wamqp.ConnectionWrapper
-	sub       *wamqp.Subscriber
+	conn      *amqpconn.Conn
 	consumers int
 	prefetch  int
 	finish    time.Duration
@@ -54,13 +54,8 @@ func NewSubscriber(config Config, logger watermill.LoggerAdapter) (*Subscriber, 
 	if err != nil {
 		return nil, err
 	}
-	sub, err := wamqp.NewSubscriberWithConnection(config.watermillConfig(topology{conn: conn, args: config.QueueArguments}), logger, conn)
-	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("amqptransport: creating the subscriber on %s: %w", Redact(config.URL), redactError(err, config.URL))
-	}
 	return &Subscriber{
-		conn: conn, sub: sub, consumers: config.Consumers, prefetch: config.PrefetchCount, finish: config.CloseTimeout,
+		conn: conn, consumers: config.Consumers, prefetch: config.PrefetchCount, finish: config.CloseTimeout,
 		args: config.QueueArguments, logger: logger, closing: make(chan struct{}),
 	}, nil
 }
@@ -81,19 +76,12 @@ func New(config Config, logger watermill.LoggerAdapter) (*Publisher, *Subscriber
 }
 
 // Subscribe consumes the queue named topic until ctx is done or the Subscriber is closed; the
-// channel closes when consuming has stopped. With Config.Consumers 1 it is watermill-amqp's
-// subscription: one message at a time, in queue order. With more, it is one channel of this
-// package's (see consumer) that hands out up to Consumers messages at once.
+// channel closes when consuming has stopped. A subscription is one channel (see consumer) that
+// hands out up to Config.Consumers messages at once; with Consumers 1, one message at a time, each
+// once the previous one was settled, in queue order.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := validateTopic(topic); err != nil {
 		return nil, err
-	}
-	if s.consumers <= 1 {
-		ch, err := s.sub.Subscribe(ctx, topic)
-		if err != nil {
-			return nil, fmt.Errorf("amqptransport: subscribing to %q: %w", topic, err)
-		}
-		return ch, nil
 	}
 	select {
 	case <-s.closing:
@@ -104,7 +92,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		conn: s.conn, queue: topic, args: s.args, handlers: s.consumers, prefetch: s.consumers + s.prefetch, closeTimeout: s.finish,
 		logger: s.logger.With(watermill.LogFields{"topic": topic}), closing: s.closing, out: make(chan *message.Message),
 	}
-	// The first declaration fails Subscribe, as watermill-amqp's does; later ones are retried.
+	// The first declaration fails Subscribe; later ones (after a reconnection) are retried.
 	conn, err := currentConnection(s.conn)
 	if err == nil {
 		err = declareQueue(conn, topic, s.args)
@@ -125,7 +113,11 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 	if err := validateTopic(topic); err != nil {
 		return err
 	}
-	if err := s.sub.SubscribeInitialize(topic); err != nil {
+	conn, err := currentConnection(s.conn)
+	if err == nil {
+		err = declareQueue(conn, topic, s.args)
+	}
+	if err != nil {
 		return fmt.Errorf("amqptransport: declaring %q: %w", topic, err)
 	}
 	return nil
@@ -137,8 +129,7 @@ func (s *Subscriber) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closing)
 		s.running.Wait()
-		err := s.sub.Close()
-		s.closeErr = errors.Join(err, s.conn.Close())
+		s.closeErr = s.conn.Close()
 	})
 	return s.closeErr
 }
