@@ -6,6 +6,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,9 +24,29 @@ import (
 
 // timeoutmill runs the command in-process and returns its exit code and output.
 func timeoutmill(ctx context.Context, args ...string) (code int, stdout, stderr string) {
-	var out, errOut bytes.Buffer
+	var out, errOut lockedBuffer
 	code = run(ctx, args, &out, &errOut)
 	return code, out.String(), errOut.String()
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use. Watermill's router logs "Subscriber
+// stopped" after it has counted the handler as stopped (router.go, v1.5.1), so that line can be
+// written while run returns and its output is read.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func TestRefusesGoChannelWithAClearMessage(t *testing.T) {
