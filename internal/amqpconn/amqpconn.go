@@ -105,7 +105,9 @@ func (c *Conn) Current() (*amqp.Connection, error) {
 	return c.conn, nil
 }
 
-// Close stops reconnecting and closes the connection. It is safe to call more than once.
+// Close stops reconnecting and closes the connection. It does not wait out the backoff between
+// attempts; an attempt already dialling ends first (bounded by the amqp.Config's Dial, which
+// amqp091-go gives no context). It is safe to call more than once.
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	if c.closed {
