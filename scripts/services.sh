@@ -182,7 +182,9 @@ rabbitmq_prepare() {
 	# The directories must exist before any CLI call: a missing $HOME makes the CLI hang and fail.
 	mkdir -p "$RABBITMQ_DIR/log" "$RABBITMQ_DIR/mnesia"
 	: >"$RABBITMQ_DIR/rabbitmq-env.conf"
-	printf 'listeners.tcp.default = 127.0.0.1:%s\nloopback_users.guest = true\n' "$RABBITMQ_PORT" >"$RABBITMQ_DIR/rabbitmq.conf"
+	# max_message_size: RabbitMQ 4's default (3.10 allows 128 MiB), so that the tests meet a broker
+	# refusing a message at a size they can afford to send.
+	printf 'listeners.tcp.default = 127.0.0.1:%s\nloopback_users.guest = true\nmax_message_size = 16777216\n' "$RABBITMQ_PORT" >"$RABBITMQ_DIR/rabbitmq.conf"
 	echo '[].' >"$RABBITMQ_DIR/enabled_plugins"
 	# rabbitmqctl as used by tests: the same environment, without exporting HOME into their shell.
 	{

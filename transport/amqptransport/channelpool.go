@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -14,10 +15,43 @@ import (
 // ErrClosed is returned by a Publisher used after Close.
 var ErrClosed = errors.New("amqptransport: publisher is closed")
 
-// pooledChannel is a publishing channel in confirm mode and the connection it was opened on.
+// pooledChannel is a publishing channel in confirm mode, the connection it was opened on, and
+// why the broker closed it, once it has.
 type pooledChannel struct {
-	ch   *amqp.Channel
-	conn *amqp.Connection
+	ch     *amqp.Channel
+	conn   *amqp.Connection
+	closed *closeReason
+}
+
+// closeReason records the error a channel was closed with.
+type closeReason struct {
+	done chan struct{} // closed once err is set
+	err  *amqp.Error   // nil when closed without one (by us, or with its connection)
+}
+
+func watchClose(ch *amqp.Channel) *closeReason {
+	r := &closeReason{done: make(chan struct{})}
+	notify := ch.NotifyClose(make(chan *amqp.Error, 1))
+	go func() {
+		r.err = <-notify
+		close(r.done)
+	}()
+	return r
+}
+
+// reason returns the error the broker closed ch with, or nil when ch is open or closed without
+// one. amqp091-go hands the error to the close listeners before it fails the pending confirms, so
+// a caller whose confirm failed with the channel finds it here after a moment at most.
+func (c pooledChannel) reason() *amqp.Error {
+	if !c.ch.IsClosed() {
+		return nil
+	}
+	select {
+	case <-c.closed.done:
+		return c.closed.err
+	case <-time.After(time.Second):
+		return nil
+	}
 }
 
 // channelPool lends out publishing channels on the current connection of an amqpconn.Conn. A
@@ -63,17 +97,33 @@ func (p *channelPool) get(ctx context.Context) (pooledChannel, error) {
 		p.slots <- pooledChannel{}
 		return pooledChannel{}, err
 	}
+	if c, err = openChannel(conn); err != nil {
+		p.slots <- pooledChannel{}
+		return pooledChannel{}, err
+	}
+	return c, nil
+}
+
+// private opens a channel of the caller's own, outside the pool, which the caller closes.
+func (p *channelPool) private() (pooledChannel, error) {
+	conn, err := currentConnection(p.conn)
+	if err != nil {
+		return pooledChannel{}, err
+	}
+	return openChannel(conn)
+}
+
+// openChannel opens a publishing channel in confirm mode on conn.
+func openChannel(conn *amqp.Connection) (pooledChannel, error) {
 	ch, err := conn.Channel()
 	if err != nil {
-		p.slots <- pooledChannel{}
 		return pooledChannel{}, fmt.Errorf("opening a publishing channel: %w", err)
 	}
 	if err := ch.Confirm(false); err != nil {
 		_ = ch.Close()
-		p.slots <- pooledChannel{}
 		return pooledChannel{}, fmt.Errorf("putting the publishing channel in confirm mode: %w", err)
 	}
-	return pooledChannel{ch: ch, conn: conn}, nil
+	return pooledChannel{ch: ch, conn: conn, closed: watchClose(ch)}, nil
 }
 
 // put returns a channel got from get.

@@ -13,6 +13,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
+
+	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 )
 
 // TestPublishesWaitingForConfirmsLeaveTheirChannelToOthers holds back everything the broker sends
@@ -182,4 +184,42 @@ func (p *holdingProxy) countPublishes(r io.Reader) {
 			p.sent.Add(1)
 		}
 	}
+}
+
+// TestAMessageTheBrokerRefusesFailsAloneAndSaysWhy publishes a message larger than the broker's
+// max_message_size (16 MiB, set by scripts/services.sh) while ten small ones share its channel
+// (a pool of one). The broker closes the channel, which fails every confirm pending on it; the
+// small ones are published again on a fresh channel and arrive, and the large one's error says
+// why the broker closed the channel.
+func TestAMessageTheBrokerRefusesFailsAloneAndSaysWhy(t *testing.T) {
+	b := setup(t)
+	config := b.config
+	config.ChannelPoolSize = 1
+	pub := newPublisher(t, config)
+	q := b.queue("pipe")
+	require.NoError(t, pub.Publish(q, message.NewMessage(watermill.NewUUID(), []byte("opens the channel"))))
+
+	bigDone := make(chan error, 1)
+	go func() { bigDone <- pub.Publish(q, message.NewMessage(watermill.NewUUID(), make([]byte, 17<<20))) }()
+	const small = 10
+	errs := make(chan error, small)
+	for range small {
+		go func() { errs <- pub.Publish(q, message.NewMessage(watermill.NewUUID(), []byte("small"))) }()
+	}
+	for range small {
+		select {
+		case err := <-errs:
+			require.NoError(t, err, "a message the broker accepts is not failed by another's")
+		case <-time.After(30 * time.Second):
+			t.Fatal("a small publish did not return")
+		}
+	}
+	select {
+	case err := <-bigDone:
+		require.ErrorIs(t, err, amqptransport.ErrNotConfirmed)
+		require.ErrorContains(t, err, "larger than configured max size", "the error says why the broker refused it")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the large publish did not return")
+	}
+	require.Eventually(t, func() bool { return b.count(t, q) == 1+small }, 10*time.Second, 20*time.Millisecond)
 }

@@ -102,8 +102,39 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	return nil
 }
 
+// publish publishes messages and waits for their confirms. Calls share channels (see send), so
+// a channel the broker closes for one call's message (one larger than its max_message_size, say)
+// fails the confirms of the others on it too: a call whose channel closed under it publishes its
+// messages once more, on a channel of its own, which no other call's message can close. Only a
+// message that closes channels itself fails twice, and its error says why the broker closed the
+// channel.
 func (p *Publisher) publish(ctx context.Context, topic string, messages []*message.Message) error {
-	confirms, err := p.send(ctx, topic, messages)
+	c, err := p.pool.get(ctx)
+	if err != nil {
+		return err
+	}
+	err = p.publishOn(ctx, c, func() { p.pool.put(c) }, topic, messages)
+	var closed *channelClosedError
+	if !errors.As(err, &closed) {
+		return err
+	}
+	p.logger.Debug("The channel closed under a publish; publishing again on a channel of its own",
+		watermill.LogFields{"topic": topic, "reason": closed.Error()})
+	if c, err = p.pool.private(); err != nil {
+		return err
+	}
+	defer func() {
+		if !c.ch.IsClosed() {
+			_ = c.ch.Close()
+		}
+	}()
+	return p.publishOn(ctx, c, func() {}, topic, messages)
+}
+
+// publishOn sends messages on c, calls sent, and waits for their confirms.
+func (p *Publisher) publishOn(ctx context.Context, c pooledChannel, sent func(), topic string, messages []*message.Message) error {
+	confirms, err := p.send(ctx, c, topic, messages)
+	sent()
 	if err != nil {
 		return err
 	}
@@ -113,6 +144,9 @@ func (p *Publisher) publish(ctx context.Context, topic string, messages []*messa
 			return fmt.Errorf("waiting for the confirm of message %s: %w", messages[i].UUID, err)
 		}
 		if !ok {
+			if reason := c.reason(); reason != nil {
+				return &channelClosedError{id: messages[i].UUID, reason: reason}
+			}
 			return fmt.Errorf("%w: message %s", ErrNotConfirmed, messages[i].UUID)
 		}
 	}
@@ -120,17 +154,24 @@ func (p *Publisher) publish(ctx context.Context, topic string, messages []*messa
 	return nil
 }
 
-// send sends messages on a channel of the pool and returns their deferred confirms. The channel
-// goes back to the pool as soon as they are sent, not when they are confirmed: other calls then
-// send on it while these wait, so that a channel carries many unconfirmed messages (pipelined
-// confirms) and the pool bounds only the calls sending at once. A channel closed meanwhile
-// settles its pending confirms as nacks.
-func (p *Publisher) send(ctx context.Context, topic string, messages []*message.Message) ([]*amqp.DeferredConfirmation, error) {
-	c, err := p.pool.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer p.pool.put(c)
+// channelClosedError is a message whose confirm failed because the broker closed its channel.
+type channelClosedError struct {
+	id     string
+	reason *amqp.Error
+}
+
+func (e *channelClosedError) Error() string {
+	return fmt.Sprintf("%s: message %s: the broker closed the channel it was sent on: %s", ErrNotConfirmed, e.id, e.reason)
+}
+
+func (e *channelClosedError) Unwrap() []error { return []error{ErrNotConfirmed, e.reason} }
+
+// send sends messages on c and returns their deferred confirms. A pooled channel goes back to the
+// pool as soon as they are sent, not when they are confirmed: other calls then send on it while
+// these wait, so that a channel carries many unconfirmed messages (pipelined confirms) and the
+// pool bounds only the calls sending at once. A channel closed meanwhile settles its pending
+// confirms as nacks.
+func (p *Publisher) send(ctx context.Context, c pooledChannel, topic string, messages []*message.Message) ([]*amqp.DeferredConfirmation, error) {
 	confirms := make([]*amqp.DeferredConfirmation, len(messages))
 	for i, msg := range messages {
 		publishing, err := p.marshaler.Marshal(msg)
@@ -142,6 +183,9 @@ func (p *Publisher) send(ctx context.Context, topic string, messages []*message.
 		}
 		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, "", topic, false, false, publishing)
 		if err != nil {
+			if reason := c.reason(); reason != nil {
+				return nil, &channelClosedError{id: msg.UUID, reason: reason}
+			}
 			return nil, fmt.Errorf("sending message %s: %w", msg.UUID, err)
 		}
 		confirms[i] = dc
