@@ -85,32 +85,47 @@ func TestCommitsToTopicsNoConsumerWatchesLeaveNoState(t *testing.T) {
 }
 
 // TestThePollWakesOneSleeperAtATime: three consumers asleep on a topic are polled one at a time,
-// the longest asleep first, each told to ask before it takes; a topic nobody sleeps on is not
-// polled.
+// the longest asleep first, each told to ask before it takes; once nobody sleeps, the poll stops.
+// The timer's calls are made by hand (its interval is an hour), so that a slow machine cannot
+// fire two polls between the test's looks.
 func TestThePollWakesOneSleeperAtATime(t *testing.T) {
 	w := newWakeups()
-	const poll = 20 * time.Millisecond
 	var sleepers []*sleeper
 	for range 3 {
-		s, leave := w.sleep("q", w.mark("q"), poll)
+		s, leave := w.sleep("q", w.mark("q"), noPoll)
 		t.Cleanup(func() { leave(true) })
 		sleepers = append(sleepers, s)
 	}
+	fire := func() {
+		w.mu.Lock()
+		gen := w.topics["q"].pollGen
+		w.mu.Unlock()
+		w.polled("q", gen)
+	}
 	for i, s := range sleepers {
-		select {
-		case <-s.woken:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("poll %d did not come", i+1)
-		}
+		fire()
+		require.True(t, woken(s), "poll %d wakes the one asleep the longest", i+1)
 		require.True(t, s.polled, "a poll does not know that rows wait: ask first")
 		for _, later := range sleepers[i+1:] {
-			require.False(t, woken(later), "a poll wakes one sleeper, the one asleep the longest")
+			require.False(t, woken(later), "a poll wakes one sleeper")
 		}
 	}
-
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	require.Nil(t, w.topics["q"].poll, "nobody sleeps: the poll stopped")
+}
+
+// TestThePollTimerFires: a real timer wakes a sleeper after its interval.
+func TestThePollTimerFires(t *testing.T) {
+	w := newWakeups()
+	s, leave := w.sleep("q", w.mark("q"), 10*time.Millisecond)
+	defer leave(true)
+	select {
+	case <-s.woken:
+		require.True(t, s.polled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the poll did not come")
+	}
 }
 
 func TestThePollStopsWhenTheLastSleeperLeavesAndAnUnusedPollIsPassedOn(t *testing.T) {
