@@ -18,8 +18,8 @@ import (
 // TestUniversalSuiteWithManyConsumers runs Watermill's universal Pub/Sub suite against the
 // Subscriber's own consumer (Consumers above 1: many messages handed out at once, multiple-acks),
 // with the features it claims: queue semantics, at least once, persistent, no order. (With
-// Consumers 1 the subscription is watermill-amqp's, which acceptance/universal_test.go runs the
-// suite against.)
+// Consumers 1, one message at a time in queue order, acceptance/universal_test.go runs the suite
+// with order guaranteed.)
 func TestUniversalSuiteWithManyConsumers(t *testing.T) {
 	t.Parallel()
 	url := testenv.AMQPURL(t)
