@@ -24,14 +24,21 @@ func woken(s *sleeper) bool {
 // noPoll is a poll interval long enough for the unit tests of commits not to meet a poll.
 const noPoll = time.Hour
 
-func TestACommitWakesOneSleeperTheLongestAsleep(t *testing.T) {
-	w := newWakeups()
+// asleep puts n consumers to sleep on topic "q", in order, until the test ends.
+func asleep(t *testing.T, w *wakeups, n int) []*sleeper {
+	t.Helper()
 	var sleepers []*sleeper
-	for range 3 {
+	for range n {
 		s, leave := w.sleep("q", w.mark("q"), noPoll)
 		t.Cleanup(func() { leave(true) })
 		sleepers = append(sleepers, s)
 	}
+	return sleepers
+}
+
+func TestACommitWakesOneSleeperTheLongestAsleep(t *testing.T) {
+	w := newWakeups()
+	sleepers := asleep(t, w, 3)
 	w.notify("q")
 	require.True(t, woken(sleepers[0]))
 	require.False(t, sleepers[0].polled, "a commit says rows wait: take them without asking first")
@@ -90,12 +97,7 @@ func TestCommitsToTopicsNoConsumerWatchesLeaveNoState(t *testing.T) {
 // fire two polls between the test's looks.
 func TestThePollWakesOneSleeperAtATime(t *testing.T) {
 	w := newWakeups()
-	var sleepers []*sleeper
-	for range 3 {
-		s, leave := w.sleep("q", w.mark("q"), noPoll)
-		t.Cleanup(func() { leave(true) })
-		sleepers = append(sleepers, s)
-	}
+	sleepers := asleep(t, w, 3)
 	fire := func() {
 		w.mu.Lock()
 		gen := w.topics["q"].pollGen
