@@ -105,9 +105,9 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 // publish publishes messages and waits for their confirms. Calls share channels (see send), so
 // a channel the broker closes for one call's message (one larger than its max_message_size, say)
 // fails the confirms of the others on it too: a call whose channel closed under it publishes its
-// messages once more, on a channel of its own, which no other call's message can close. Only a
-// message that closes channels itself fails twice, and its error says why the broker closed the
-// channel.
+// messages once more, from the first one not confirmed, on a channel of its own, which no other
+// call's message can close. Only a message that closes channels itself fails twice, and its error
+// says why the broker closed the channel.
 func (p *Publisher) publish(ctx context.Context, topic string, messages []*message.Message) error {
 	c, err := p.pool.get(ctx)
 	if err != nil {
@@ -128,7 +128,7 @@ func (p *Publisher) publish(ctx context.Context, topic string, messages []*messa
 			_ = c.ch.Close()
 		}
 	}()
-	return p.publishOn(ctx, c, func() {}, topic, messages)
+	return p.publishOn(ctx, c, func() {}, topic, messages[closed.index:])
 }
 
 // publishOn sends messages on c, calls sent, and waits for their confirms.
@@ -145,7 +145,7 @@ func (p *Publisher) publishOn(ctx context.Context, c pooledChannel, sent func(),
 		}
 		if !ok {
 			if reason := c.reason(); reason != nil {
-				return &channelClosedError{id: messages[i].UUID, reason: reason}
+				return &channelClosedError{index: i, id: messages[i].UUID, reason: reason}
 			}
 			return fmt.Errorf("%w: message %s", ErrNotConfirmed, messages[i].UUID)
 		}
@@ -154,8 +154,10 @@ func (p *Publisher) publishOn(ctx context.Context, c pooledChannel, sent func(),
 	return nil
 }
 
-// channelClosedError is a message whose confirm failed because the broker closed its channel.
+// channelClosedError is a message whose confirm failed because the broker closed its channel:
+// the call's messages before index were confirmed.
 type channelClosedError struct {
+	index  int
 	id     string
 	reason *amqp.Error
 }
@@ -184,7 +186,7 @@ func (p *Publisher) send(ctx context.Context, c pooledChannel, topic string, mes
 		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, "", topic, false, false, publishing)
 		if err != nil {
 			if reason := c.reason(); reason != nil {
-				return nil, &channelClosedError{id: msg.UUID, reason: reason}
+				return nil, &channelClosedError{id: msg.UUID, reason: reason} // none was confirmed yet
 			}
 			return nil, fmt.Errorf("sending message %s: %w", msg.UUID, err)
 		}
