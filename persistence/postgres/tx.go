@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 )
 
 // DB returns the pool the store runs on: the one Open opened, or the caller's given to New.
@@ -21,9 +20,5 @@ func (s *Store) RemoveTx(ctx context.Context, tx *sql.Tx, id string) (bool, erro
 	if tx == nil {
 		return false, errors.New("postgres: remove: tx is nil")
 	}
-	n, err := rowsAffected(tx.ExecContext(ctx, s.q.delete, id))
-	if err != nil {
-		return false, fmt.Errorf("postgres: remove %q in a transaction: %w", id, err)
-	}
-	return n > 0, nil
+	return countOne(ctx, tx, "remove in a transaction", s.q.remove, id)
 }
