@@ -62,7 +62,7 @@ func PlanFor(mode Mode) (Plan, error) {
 			CeilingMessages:   20000,
 			CommitTime:        3 * time.Second,
 			ScalePending:      1000000,
-			ScaleStores:       9000,
+			ScaleStores:       30000,
 			Grace:             20 * time.Second,
 		}, nil
 	case Quick:
