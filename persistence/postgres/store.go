@@ -19,9 +19,9 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-// Store keeps timeouts in two PostgreSQL tables, the timeouts not claimed and those claimed (see
-// Config.Table). It is safe for concurrent use by many goroutines
-// and many processes.
+// Store keeps timeouts in two PostgreSQL tables: those not claimed, in Config.Table, and those a
+// poller claimed, in the claimed table beside it (see the package doc). It is safe for concurrent
+// use by many goroutines and many processes.
 type Store struct {
 	db        *sql.DB
 	ownsDB    bool
@@ -146,9 +146,9 @@ func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) 
 
 // insert runs insert, a store's INSERT ... RETURNING id of the timeouts with these ids, and
 // returns the ids it stored. A store's insert checks the primary key of the table only, so a
-// second statement deletes again the rows it inserted whose id is in the claimed table: those
-// timeouts were stored already, and a claim moved them (see queries.unclaimDuplicates). Both are
-// sent at once, pipelined on one connection, and run in one implicit transaction.
+// second statement deletes the table's rows of these ids that the claimed table has too: those
+// timeouts were stored already, and a claim moved them (see queries.unclaimDuplicates). Both
+// statements are sent at once, pipelined on one connection, and run in one implicit transaction.
 func (s *Store) insert(ctx context.Context, insert string, ids []string, args ...any) ([]string, error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
