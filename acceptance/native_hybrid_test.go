@@ -95,7 +95,7 @@ func (e *nativeEnv) commandStore(t *testing.T, endpoint string) (string, *postgr
 		defer db.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := db.ExecContext(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS public.%q, public.%q`, endpoint+".timeouts", endpoint+".timeouts_claimed")); err != nil {
+		if _, err := db.ExecContext(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS public.%q`, endpoint+".timeouts")); err != nil {
 			t.Logf("dropping the table of %s: %v", endpoint, err)
 		}
 	})

@@ -82,7 +82,7 @@ DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hang_commit()`)
 		var pid int
 		// The forward commits with COMMIT, or, as one statement that deletes the timeouts and
 		// inserts their messages, at the end of that statement.
-		forwarding := `WITH removed_claimed AS (DELETE FROM "` + e.schema + `".%`
+		forwarding := `WITH removed AS (DELETE FROM "` + e.schema + `".%`
 		require.Eventually(t, func() bool {
 			err := e.db.QueryRowContext(context.Background(), `SELECT pid FROM pg_stat_activity
 WHERE datname = current_database() AND wait_event = 'PgSleep' AND (lower(query) LIKE 'commit%' OR query LIKE $1)`, forwarding).Scan(&pid)
@@ -109,8 +109,7 @@ BEGIN PERFORM nextval('writes'); RETURN NULL; END $$`)
 		store := e.store(t)
 		n := startSQLNode(t, e, store, func(c *timeouts.Config) { c.ClaimLease = time.Second })
 		dest := "charges"
-		// The claimed table is where the timeout is when it is removed.
-		storeTable := `"` + e.schema + `"."` + e.endpoint + `.timeouts_claimed"`
+		storeTable := `"` + e.schema + `"."` + e.endpoint + `.timeouts"`
 		e.exec(t, `CREATE FUNCTION fail_remove() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN RAISE EXCEPTION 'simulated failure removing the timeout'; END $$`)
 		e.exec(t, `CREATE TRIGGER fail_remove BEFORE DELETE ON `+storeTable+` FOR EACH ROW EXECUTE FUNCTION fail_remove()`)

@@ -164,10 +164,8 @@ type scale struct {
 	store    *postgres.Store
 	db       *sql.DB
 	table    string
-	// claimed is the table the store's claims move timeouts to.
-	claimed string
-	pub     *amqptransport.Publisher
-	delayed *timeouts.Publisher
+	pub      *amqptransport.Publisher
+	delayed  *timeouts.Publisher
 }
 
 func newScale(ctx context.Context, env Env) (*scale, error) {
@@ -178,7 +176,6 @@ func newScale(ctx context.Context, env Env) (*scale, error) {
 	}
 	s.db = s.store.DB()
 	s.table = quote("public") + "." + quote(s.endpoint+".timeouts")
-	s.claimed = quote("public") + "." + quote(s.endpoint+".timeouts_claimed")
 	if err := s.store.SetupInfrastructure(ctx); err != nil {
 		return nil, errors.Join(err, s.close())
 	}
@@ -205,7 +202,7 @@ func (s *scale) close() error {
 	if s.store != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if _, err := s.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+s.table+`, `+s.claimed); err != nil {
+		if _, err := s.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+s.table); err != nil {
 			errs = append(errs, fmt.Errorf("dropping %s: %w", s.table, err))
 		}
 		errs = append(errs, s.store.Close())
@@ -214,7 +211,7 @@ func (s *scale) close() error {
 }
 
 func (s *scale) truncate(ctx context.Context) error {
-	if _, err := s.db.ExecContext(ctx, `TRUNCATE `+s.table+`, `+s.claimed); err != nil {
+	if _, err := s.db.ExecContext(ctx, `TRUNCATE `+s.table); err != nil {
 		return fmt.Errorf("emptying the store: %w", err)
 	}
 	return nil

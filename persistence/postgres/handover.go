@@ -18,41 +18,23 @@ type handoverQueries struct {
 	survey, hide, release string
 }
 
-// newHandoverQueries builds the SQL for the quoted, qualified names of the table t and the
-// claimed table c. Hidden timeouts stay in the table they were in, claimed until the mark.
-func newHandoverQueries(t, c string) handoverQueries {
-	// hideable: every row due at or after from ($2) is claimable at or after from, and a hidden
-	// row after HiddenFrom ($4), so available_at >= $2 bounds the index scan. Rows a poller holds
-	// (leased past now, $3, not hidden) are skipped, and rows another Hide is taking are skipped
-	// as a claim skips them.
-	const hideable = `available_at >= $2
-		AND (due >= $2 AND (available_at = due OR available_at <= $3) OR available_at >= $4 AND available_at <> $1)`
-	const returned = `t.id, t.destination, t.due, t.owner, t.payload, t.metadata, t.failure_count`
+// newHandoverQueries builds the SQL for the quoted, qualified table name t.
+func newHandoverQueries(t string) handoverQueries {
 	return handoverQueries{
 		survey: fmt.Sprintf(`SELECT destination, count(*), max(due), count(*) FILTER (WHERE available_at >= $1 AND available_at <> due)
-FROM (SELECT destination, due, available_at FROM %s WHERE due >= $2
-	UNION ALL SELECT destination, due, available_at FROM %s WHERE due >= $2) AS timeouts
-GROUP BY destination`, c, t),
-		// The limit's earliest of each table are locked, and the earliest of both hidden.
-		hide: fmt.Sprintf(`WITH claimed AS MATERIALIZED (
-	SELECT ctid, available_at FROM %[1]s WHERE %[3]s ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED
-), unclaimed AS MATERIALIZED (
-	SELECT ctid, available_at FROM %[2]s WHERE %[3]s ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED
-), chosen AS (
-	SELECT true AS claimed, ctid, available_at FROM claimed
-	UNION ALL SELECT false, ctid, available_at FROM unclaimed
-	ORDER BY available_at LIMIT $5
-), c AS (
-	UPDATE %[1]s AS t SET available_at = $1 WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM chosen WHERE claimed))
-	RETURNING %[4]s
-), t AS (
-	UPDATE %[2]s AS t SET available_at = $1 WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM chosen WHERE NOT claimed))
-	RETURNING %[4]s
+FROM %s WHERE due >= $2 GROUP BY destination`, t),
+		// available_at >= $2 bounds the index scan: every row due at or after from is claimable
+		// at or after from, and a hidden row after HiddenFrom. Rows a poller holds (leased past
+		// now, not hidden) are skipped, and rows another Hide is taking are skipped as a claim
+		// skips them.
+		hide: fmt.Sprintf(`WITH hidden AS (
+	SELECT id FROM %[1]s WHERE available_at >= $2
+		AND (due >= $2 AND (available_at = due OR available_at <= $3) OR available_at >= $4 AND available_at <> $1)
+	ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED
 )
-SELECT * FROM c UNION ALL SELECT * FROM t`, c, t, hideable, returned),
-		release: fmt.Sprintf(`WITH c AS (UPDATE %s SET available_at = due WHERE id = ANY($1) RETURNING id),
-t AS (UPDATE %s SET available_at = due WHERE id = ANY($1) RETURNING id)
-SELECT count(*) FROM (SELECT id FROM c UNION ALL SELECT id FROM t) AS released`, c, t),
+UPDATE %[1]s AS t SET available_at = $1 FROM hidden WHERE t.id = hidden.id
+RETURNING t.id, t.destination, t.due, t.owner, t.payload, t.metadata, t.failure_count`, t),
+		release: fmt.Sprintf(`UPDATE %s SET available_at = due WHERE id = ANY($1)`, t),
 	}
 }
 
@@ -127,9 +109,9 @@ func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	var n int
-	if err := s.db.QueryRowContext(ctx, s.q.handover.release, ids).Scan(&n); err != nil {
+	n, err := rowsAffected(s.db.ExecContext(ctx, s.q.handover.release, ids))
+	if err != nil {
 		return 0, fmt.Errorf("postgres: release: %w", err)
 	}
-	return n, nil
+	return int(n), nil
 }

@@ -12,16 +12,14 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	// The pgx database/sql driver, registered as "pgx".
-	"github.com/jackc/pgx/v5/stdlib"
+	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-// Store keeps timeouts in two PostgreSQL tables: those not claimed, in Config.Table, and those a
-// poller claimed, in the claimed table beside it (see the package doc). It is safe for concurrent
-// use by many goroutines and many processes.
+// Store keeps timeouts in one PostgreSQL table. It is safe for concurrent use by many goroutines
+// and many processes.
 type Store struct {
 	db        *sql.DB
 	ownsDB    bool
@@ -72,15 +70,13 @@ func New(db *sql.DB, config Config) (*Store, error) {
 	return &Store{db: db, q: newQueries(config.Schema, config.Table)}, nil
 }
 
-// SetupInfrastructure creates the schema, the tables and their indexes when they are missing.
-// When all exist it changes nothing and needs no right to create them. A table made by an
-// earlier version, which had no claimed table, is kept as it is and given one.
+// SetupInfrastructure creates the schema, the table and its indexes when they are missing. When
+// all exist it changes nothing and needs no right to create them.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	var installed bool
 	err := s.db.QueryRowContext(ctx,
-		`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL
-	AND to_regclass($4) IS NOT NULL AND to_regclass($5) IS NOT NULL AND to_regclass($6) IS NOT NULL`,
-		s.q.table, s.q.availableIndex, s.q.ownerIndex, s.q.claimed, s.q.claimedAvailableIndex, s.q.claimedOwnerIndex).Scan(&installed)
+		`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL`,
+		s.q.table, s.q.availableIndex, s.q.ownerIndex).Scan(&installed)
 	if err != nil {
 		return fmt.Errorf("postgres: set up %s: %w", s.q.table, err)
 	}
@@ -112,8 +108,7 @@ func (s *Store) install(ctx context.Context) (err error) {
 	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s.q.schemaName).Scan(&schemaExists); err != nil {
 		return err
 	}
-	stmts := []string{s.q.createTable, s.q.createAvailableIndex, s.q.createOwnerIndex,
-		s.q.createClaimed, s.q.createClaimedAvailableIndex, s.q.createClaimedOwnerIndex}
+	stmts := []string{s.q.createTable, s.q.createAvailableIndex, s.q.createOwnerIndex}
 	if !schemaExists {
 		// Only when missing: CREATE SCHEMA IF NOT EXISTS needs the right to create schemas even
 		// when the schema is there.
@@ -127,7 +122,7 @@ func (s *Store) install(ctx context.Context) (err error) {
 	return tx.Commit()
 }
 
-// Store keeps t unless a timeout with its id is stored already, claimed or not.
+// Store keeps t unless a timeout with its id is stored already.
 func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) {
 	if err := validateTimeout(t); err != nil {
 		return false, err
@@ -136,59 +131,13 @@ func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) 
 	if payload == nil {
 		payload = []byte{}
 	}
-	stored, err := s.insert(ctx, s.q.store, []string{t.ID},
+	res, err := s.db.ExecContext(ctx, s.q.store,
 		t.ID, t.Destination, dueMicros(t.Due), t.Owner, payload, persistence.EncodeMetadata(t.Metadata), t.FailureCount)
+	n, err := rowsAffected(res, err)
 	if err != nil {
 		return false, fmt.Errorf("postgres: store %q: %w", t.ID, err)
 	}
-	return len(stored) == 1, nil
-}
-
-// insert runs insert, a store's INSERT ... RETURNING id of the timeouts with these ids, and
-// returns the ids it stored. A store's insert checks the primary key of the table only, so a
-// second statement deletes the table's rows of these ids that the claimed table has too: those
-// timeouts were stored already, and a claim moved them (see queries.unclaimDuplicates). Both
-// statements are sent at once, pipelined on one connection, and run in one implicit transaction.
-func (s *Store) insert(ctx context.Context, insert string, ids []string, args ...any) ([]string, error) {
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	var stored []string
-	err = conn.Raw(func(driverConn any) error {
-		c, ok := driverConn.(*stdlib.Conn)
-		if !ok {
-			return fmt.Errorf("the *sql.DB must use the pgx driver, not %T", driverConn)
-		}
-		var batch pgx.Batch
-		batch.Queue(insert, args...)
-		batch.Queue(s.q.unclaimDuplicates, ids)
-		results := c.Conn().SendBatch(ctx, &batch)
-		inserted, err := collectIDs(results)
-		if err != nil {
-			return errors.Join(err, results.Close())
-		}
-		duplicates, err := collectIDs(results)
-		if err != nil {
-			return errors.Join(err, results.Close())
-		}
-		if err := results.Close(); err != nil {
-			return err
-		}
-		stored = slices.DeleteFunc(inserted, func(id string) bool { return slices.Contains(duplicates, id) })
-		return nil
-	})
-	return stored, err
-}
-
-// collectIDs reads the ids the next statement of a batch returned.
-func collectIDs(results pgx.BatchResults) ([]string, error) {
-	rows, err := results.Query()
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	return n == 1, nil
 }
 
 // validateTimeout adds what text columns require to what every store requires.
@@ -290,42 +239,43 @@ func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error
 
 // Remove deletes the timeout with that id once it was forwarded.
 func (s *Store) Remove(ctx context.Context, id string) (bool, error) {
-	return countOne(ctx, s.db, "remove", s.q.remove, id)
+	return s.execOne(ctx, "remove", s.q.delete, id)
 }
 
 // Cancel deletes the timeout with that id so it is never delivered.
 func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
-	return countOne(ctx, s.db, "cancel", s.q.remove, id)
+	return s.execOne(ctx, "cancel", s.q.delete, id)
 }
 
 // IncrementFailureCount records a failed forwarding attempt.
 func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, error) {
-	return countOne(ctx, s.db, "increment failure count of", s.q.incrementFailureCount, id)
+	return s.execOne(ctx, "increment failure count of", s.q.incrementFailureCount, id)
 }
 
 // CancelByOwner deletes every timeout of owner. An empty owner cancels nothing: it means "no
 // owner", not every timeout without one.
 func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
-	var n int
-	if err := s.db.QueryRowContext(ctx, s.q.cancelByOwner, owner).Scan(&n); err != nil {
+	n, err := rowsAffected(s.db.ExecContext(ctx, s.q.cancelByOwner, owner))
+	if err != nil {
 		return 0, fmt.Errorf("postgres: cancel timeouts of %q: %w", owner, err)
 	}
-	return n, nil
+	return int(n), nil
 }
 
-// rowQuerier runs a statement that returns one row: the store's pool or a transaction.
-type rowQuerier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// countOne runs, on q, a statement on one id that counts the rows it changed, and reports
-// whether it found the row.
-func countOne(ctx context.Context, q rowQuerier, what, query, id string) (bool, error) {
-	var n int
-	if err := q.QueryRowContext(ctx, query, id).Scan(&n); err != nil {
+// execOne runs a statement on one id and reports whether it found the row.
+func (s *Store) execOne(ctx context.Context, what, query, id string) (bool, error) {
+	n, err := rowsAffected(s.db.ExecContext(ctx, query, id))
+	if err != nil {
 		return false, fmt.Errorf("postgres: %s %q: %w", what, id, err)
 	}
 	return n > 0, nil
+}
+
+func rowsAffected(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // Close closes the pool Open opened; a *sql.DB given to New stays open.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 )
 
 // DB returns the pool the store runs on: the one Open opened, or the caller's given to New.
@@ -20,5 +21,9 @@ func (s *Store) RemoveTx(ctx context.Context, tx *sql.Tx, id string) (bool, erro
 	if tx == nil {
 		return false, errors.New("postgres: remove: tx is nil")
 	}
-	return countOne(ctx, tx, "remove in a transaction", s.q.remove, id)
+	n, err := rowsAffected(tx.ExecContext(ctx, s.q.delete, id))
+	if err != nil {
+		return false, fmt.Errorf("postgres: remove %q in a transaction: %w", id, err)
+	}
+	return n > 0, nil
 }
