@@ -99,9 +99,12 @@ func runScale(ctx context.Context, env Env, plan Plan) ([]Result, error) {
 		services = append(services, svc)
 	}
 	rates := make([][]float64, len(sides))
-	for range scaleRounds {
-		for i, s := range sides {
-			rate, err := s.storeRate(ctx, plan.ScaleStores/scaleRounds)
+	for round := range scaleRounds {
+		// The side that goes first changes from round to round, so that neither is always the
+		// one measured on a broker and database warmed by the other.
+		for turn := range sides {
+			i := (turn + round) % len(sides)
+			rate, err := sides[i].storeRate(ctx, plan.ScaleStores/scaleRounds)
 			if err != nil {
 				return nil, err
 			}
