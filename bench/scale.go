@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,13 @@ import (
 const (
 	// scaleDueRows of the pending timeouts are past due, for the claims to take.
 	scaleDueRows = 10000
+	// scalePayloadBytes is the size of the payload of every timeout of the scenario, filled or
+	// stored by the service: a small JSON document, as a timeout in production carries. The
+	// other scenarios send 64 bytes; at a million rows the size decides how much of the table
+	// the database keeps in memory (its claim updates rows in place, copying inline payloads).
+	scalePayloadBytes = 1024
+	// md5Bytes is what one md5() adds to a filled payload.
+	md5Bytes = 16
 	// Claims take scaleClaimBatch ids each (the poller's default batch); the first scaleWarmUp
 	// are not timed, and scaleClaims idle polls are timed after the due ids are all claimed.
 	scaleClaimBatch = timeouts.DefaultClaimBatchSize
@@ -220,16 +228,18 @@ func (s *scale) truncate(ctx context.Context) error {
 	return nil
 }
 
-// fill inserts n timeouts in one statement: scaleDueRows past due, the others due over the next
-// 30 days, as the store itself would keep them.
+// fill inserts n timeouts in one statement, as a store that has been in use would hold them:
+// random UUIDs for ids (as watermill.NewUUID makes them), payloads of scalePayloadBytes, and one
+// row in every n/scaleDueRows past due, the others due at random over the next 30 days, so that
+// the due rows lie scattered through the table and its indexes rather than side by side.
 func (s *scale) fill(ctx context.Context, n int) error {
 	md := persistence.EncodeMetadata(map[string]string{"timeoutbench": "fill"})
 	_, err := s.db.ExecContext(ctx, `INSERT INTO `+s.table+` (id, destination, due, available_at, owner, payload, metadata, failure_count)
-SELECT 'fill-' || g, 'timeoutbench_nowhere', d, d, '', $1, $2, 0
-FROM generate_series(1, $3::int) AS g,
-LATERAL (SELECT CASE WHEN g <= $4 THEN now() - interval '1 hour' + g * interval '1 ms'
-                     ELSE now() + interval '1 day' + g * interval '2 s' END AS d) AS due`,
-		payload(), md, n, min(n, scaleDueRows))
+SELECT gen_random_uuid()::text, 'timeoutbench_nowhere', d, d, '', decode(repeat(md5(random()::text), $4::int), 'hex'), $1, 0
+FROM generate_series(1, $2::int) AS g,
+LATERAL (SELECT CASE WHEN g % $3::int = 0 THEN now() - interval '1 hour' + random() * interval '59 min'
+                     ELSE now() + interval '1 day' + random() * interval '30 days' END AS d) AS due`,
+		md, n, max(1, n/scaleDueRows), scalePayloadBytes/md5Bytes)
 	if err != nil {
 		return fmt.Errorf("filling the store: %w", err)
 	}
@@ -304,7 +314,7 @@ func (s *scale) storeRate(ctx context.Context, n int) (float64, error) {
 	}
 	msgs := make([]*message.Message, n)
 	for i := range msgs {
-		msgs[i] = message.NewMessage(watermill.NewUUID(), payload())
+		msgs[i] = message.NewMessage(watermill.NewUUID(), scalePayload())
 		timeouts.DeliverAt(msgs[i], due)
 	}
 	start := time.Now()
@@ -427,4 +437,15 @@ func queueConsumers(url, queue string) (int, error) {
 	defer ch.Close()
 	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 	return q.Consumers, err
+}
+
+// scalePayload is a JSON document of scalePayloadBytes with a random string in it, which no
+// compression shrinks.
+func scalePayload() []byte {
+	const prefix, suffix = `{"timeoutbench":"`, `"}`
+	b := make([]byte, scalePayloadBytes-len(prefix)-len(suffix))
+	for i := range b {
+		b[i] = "0123456789abcdef"[rand.IntN(16)]
+	}
+	return []byte(prefix + string(b) + suffix)
 }
