@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -119,6 +120,46 @@ func Benchmark(b *testing.B, newStore func(b *testing.B) persistence.Store) {
 			}
 		})
 		b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "stores/s")
+	})
+
+	// The dispatch satellite's path through a backlog: claims of the poller's batch, then
+	// PeekMany and RemoveMany per batch of the claimed ids.
+	b.Run("ClaimPeekAndRemoveMany", func(b *testing.B) {
+		store := newStore(b)
+		defer store.Close()
+		batch, ok := store.(batchStore)
+		if !ok {
+			b.Skipf("%T has no batch calls", store)
+		}
+		ctx := b.Context()
+		now := time.Now()
+		fill(ctx, b, store, b.N*benchBatch, now.Add(-time.Hour))
+		b.ResetTimer()
+		done := 0
+		for {
+			claimed, err := store.ClaimDue(ctx, now, 2*benchBatch, time.Minute)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(claimed) == 0 {
+				break
+			}
+			for ids := range slices.Chunk(claimed, benchBatch) {
+				found, err := batch.PeekMany(ctx, ids)
+				if err != nil || len(found) != len(ids) {
+					b.Fatalf("PeekMany: %d of %d found, %v", len(found), len(ids), err)
+				}
+				removed, err := batch.RemoveMany(ctx, ids)
+				if err != nil || len(removed) != len(ids) {
+					b.Fatalf("RemoveMany: %d of %d removed, %v", len(removed), len(ids), err)
+				}
+				done += len(ids)
+			}
+		}
+		if done != b.N*benchBatch {
+			b.Fatalf("dispatched %d of %d", done, b.N*benchBatch)
+		}
+		b.ReportMetric(float64(done)/b.Elapsed().Seconds(), "claim+peek+remove/s")
 	})
 
 	b.Run("PeekAndRemoveMany", func(b *testing.B) {
