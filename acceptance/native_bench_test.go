@@ -3,6 +3,7 @@ package acceptance
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -45,14 +46,9 @@ func TestNativeMigrateBench(t *testing.T) {
 	db, err := sql.Open("pgx", dsn)
 	require.NoError(t, err)
 	defer db.Close()
-	timeouts, schedule, _ := store.Tables()
-	_, err = db.ExecContext(ctx, `WITH body AS (
-	INSERT INTO `+timeouts+` (id, destination, due, payload, metadata)
-	SELECT 'bench-' || g, $1, d, convert_to('payload of timeout ' || g, 'UTF8'), $2
-	FROM generate_series(1, $3::int) AS g, LATERAL (SELECT now() - interval '1 hour' + g * interval '2 seconds' AS d) AS due
-	RETURNING id, due
-)
-INSERT INTO `+schedule+` (due, id) SELECT due, id FROM body`,
+	_, err = db.ExecContext(ctx, fmt.Sprintf(`INSERT INTO public.%q (id, destination, due, available_at, payload, metadata)
+SELECT 'bench-' || g, $1, d, d, convert_to('payload of timeout ' || g, 'UTF8'), $2
+FROM generate_series(1, $3::int) AS g, LATERAL (SELECT now() - interval '1 hour' + g * interval '2 seconds' AS d) AS due`, endpoint+".timeouts"),
 		dest, persistence.EncodeMetadata(map[string]string{"_watermill_message_uuid": "bench", "trace": "benchmark"}), n)
 	require.NoError(t, err)
 	t.Logf("seeded %d timeouts in %s", n, time.Since(start).Round(time.Millisecond))

@@ -86,7 +86,6 @@ func (e *nativeEnv) commandStore(t *testing.T, endpoint string) (string, *postgr
 	store, err := postgres.Open(context.Background(), postgres.Config{DSN: dsn, Endpoint: endpoint})
 	require.NoError(t, err)
 	require.NoError(t, store.SetupInfrastructure(context.Background()))
-	timeouts, schedule, leases := store.Tables()
 	t.Cleanup(func() {
 		_ = store.Close()
 		db, err := sql.Open("pgx", dsn)
@@ -96,8 +95,8 @@ func (e *nativeEnv) commandStore(t *testing.T, endpoint string) (string, *postgr
 		defer db.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS `+timeouts+`, `+schedule+`, `+leases); err != nil {
-			t.Logf("dropping the tables of %s: %v", endpoint, err)
+		if _, err := db.ExecContext(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS public.%q`, endpoint+".timeouts")); err != nil {
+			t.Logf("dropping the table of %s: %v", endpoint, err)
 		}
 	})
 	return dsn, store

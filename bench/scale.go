@@ -174,10 +174,9 @@ type scale struct {
 	endpoint string
 	store    *postgres.Store
 	db       *sql.DB
-	// timeouts, schedule and leases are the store's tables (postgres.Store.Tables).
-	timeouts, schedule, leases string
-	pub                        *amqptransport.Publisher
-	delayed                    *timeouts.Publisher
+	table    string
+	pub      *amqptransport.Publisher
+	delayed  *timeouts.Publisher
 }
 
 func newScale(ctx context.Context, env Env) (*scale, error) {
@@ -187,7 +186,7 @@ func newScale(ctx context.Context, env Env) (*scale, error) {
 		return nil, fmt.Errorf("opening the store: %w", err)
 	}
 	s.db = s.store.DB()
-	s.timeouts, s.schedule, s.leases = s.store.Tables()
+	s.table = quote("public") + "." + quote(s.endpoint+".timeouts")
 	if err := s.store.SetupInfrastructure(ctx); err != nil {
 		return nil, errors.Join(err, s.close())
 	}
@@ -214,19 +213,16 @@ func (s *scale) close() error {
 	if s.store != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if _, err := s.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+s.tables()); err != nil {
-			errs = append(errs, fmt.Errorf("dropping %s: %w", s.tables(), err))
+		if _, err := s.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+s.table); err != nil {
+			errs = append(errs, fmt.Errorf("dropping %s: %w", s.table, err))
 		}
 		errs = append(errs, s.store.Close())
 	}
 	return errors.Join(errs...)
 }
 
-// tables lists the store's tables for DROP, TRUNCATE and ANALYZE.
-func (s *scale) tables() string { return s.timeouts + ", " + s.schedule + ", " + s.leases }
-
 func (s *scale) truncate(ctx context.Context) error {
-	if _, err := s.db.ExecContext(ctx, `TRUNCATE `+s.tables()); err != nil {
+	if _, err := s.db.ExecContext(ctx, `TRUNCATE `+s.table); err != nil {
 		return fmt.Errorf("emptying the store: %w", err)
 	}
 	return nil
@@ -238,20 +234,16 @@ func (s *scale) truncate(ctx context.Context) error {
 // the due rows lie scattered through the table and its indexes rather than side by side.
 func (s *scale) fill(ctx context.Context, n int) error {
 	md := persistence.EncodeMetadata(map[string]string{"timeoutbench": "fill"})
-	_, err := s.db.ExecContext(ctx, `WITH body AS (
-	INSERT INTO `+s.timeouts+` (id, destination, due, owner, payload, metadata, failure_count)
-	SELECT gen_random_uuid()::text, 'timeoutbench_nowhere', d, '', decode(repeat(md5(random()::text), $4::int), 'hex'), $1, 0
-	FROM generate_series(1, $2::int) AS g,
-	LATERAL (SELECT CASE WHEN g % $3::int = 0 THEN now() - interval '1 hour' + random() * interval '59 min'
-	                     ELSE now() + interval '1 day' + random() * interval '30 days' END AS d) AS due
-	RETURNING id, due
-)
-INSERT INTO `+s.schedule+` (due, id) SELECT due, id FROM body`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO `+s.table+` (id, destination, due, available_at, owner, payload, metadata, failure_count)
+SELECT gen_random_uuid()::text, 'timeoutbench_nowhere', d, d, '', decode(repeat(md5(random()::text), $4::int), 'hex'), $1, 0
+FROM generate_series(1, $2::int) AS g,
+LATERAL (SELECT CASE WHEN g % $3::int = 0 THEN now() - interval '1 hour' + random() * interval '59 min'
+                     ELSE now() + interval '1 day' + random() * interval '30 days' END AS d) AS due`,
 		md, n, max(1, n/scaleDueRows), scalePayloadBytes/md5Bytes)
 	if err != nil {
 		return fmt.Errorf("filling the store: %w", err)
 	}
-	if _, err := s.db.ExecContext(ctx, `ANALYZE `+s.tables()); err != nil {
+	if _, err := s.db.ExecContext(ctx, `ANALYZE `+s.table); err != nil {
 		return fmt.Errorf("analyzing the store: %w", err)
 	}
 	return nil
@@ -317,7 +309,7 @@ func timeClaims(ctx context.Context, sides []*scale) (claims, polls [][]time.Dur
 func (s *scale) storeRate(ctx context.Context, n int) (float64, error) {
 	due := time.Now().Add(90 * 24 * time.Hour)
 	var before int
-	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM `+s.schedule+` WHERE due >= $1`, due.Add(-time.Hour)).Scan(&before); err != nil {
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM `+s.table+` WHERE available_at >= $1`, due.Add(-time.Hour)).Scan(&before); err != nil {
 		return 0, fmt.Errorf("counting stored timeouts: %w", err)
 	}
 	msgs := make([]*message.Message, n)
@@ -334,7 +326,7 @@ func (s *scale) storeRate(ctx context.Context, n int) (float64, error) {
 	deadline := start.Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
 		var stored int
-		if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM `+s.schedule+` WHERE due >= $1`, due.Add(-time.Hour)).Scan(&stored); err != nil {
+		if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM `+s.table+` WHERE available_at >= $1`, due.Add(-time.Hour)).Scan(&stored); err != nil {
 			return 0, fmt.Errorf("counting stored timeouts: %w", err)
 		}
 		if stored >= before+n {

@@ -40,7 +40,12 @@ func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]stri
 		metadata = append(metadata, persistence.EncodeMetadata(t.Metadata))
 		failures = append(failures, int32(t.FailureCount))
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.storeMany, ids, destinations, dues, owners, payloads, metadata, failures)
+	rows, err := s.db.QueryContext(ctx, `INSERT INTO `+s.q.table+` (id, destination, due, available_at, owner, payload, metadata, failure_count)
+SELECT id, destination, due, due, owner, payload, metadata, failure_count
+FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::bytea[], $6::bytea[], $7::int[])
+	AS t(id, destination, due, owner, payload, metadata, failure_count)
+ORDER BY id
+ON CONFLICT (id) DO NOTHING RETURNING id`, ids, destinations, dues, owners, payloads, metadata, failures)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: store %d timeouts: %w", len(ts), err)
 	}
@@ -53,7 +58,8 @@ func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeo
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.peekMany, ids)
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT id, destination, due, owner, payload, metadata, failure_count FROM `+s.q.table+` WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: peek %d timeouts: %w", len(ids), err)
 	}
@@ -85,7 +91,7 @@ func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) 
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := s.db.QueryContext(ctx, s.q.removeMany, ids)
+	rows, err := s.db.QueryContext(ctx, `DELETE FROM `+s.q.table+` WHERE id = ANY($1) RETURNING id`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: remove %d timeouts: %w", len(ids), err)
 	}

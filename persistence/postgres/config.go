@@ -98,10 +98,9 @@ func quoteIdent(name string) string {
 	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
 }
 
-// relationName names a table or an index of table: "<table>_<suffix>", or when that is longer
-// than a name may be, a prefix of table and a hash of all of it, so that names never collide by
-// being cut.
-func relationName(table, suffix string) string {
+// indexName names an index of table: "<table>_<suffix>", or when that is longer than a name may
+// be, a prefix of table and a hash of all of it, so that names never collide by being cut.
+func indexName(table, suffix string) string {
 	name := table + "_" + suffix
 	if len(name) <= maxIdentifierLength {
 		return name

@@ -18,44 +18,23 @@ type handoverQueries struct {
 	survey, hide, release string
 }
 
-// newHandoverQueries builds the SQL for the quoted, qualified names of the timeouts table t, the
-// schedule sc and the leases l (see queries). A hidden timeout is one leased until a mark at or
-// after persistence.HiddenFrom.
-func newHandoverQueries(t, sc, l string) handoverQueries {
+// newHandoverQueries builds the SQL for the quoted, qualified table name t.
+func newHandoverQueries(t string) handoverQueries {
 	return handoverQueries{
-		survey: fmt.Sprintf(`SELECT t.destination, count(*), max(t.due), count(*) FILTER (WHERE l.lease_until >= $1)
-FROM %s AS t LEFT JOIN %s AS l ON l.id = t.id WHERE t.due >= $2 GROUP BY t.destination`, t, l),
-		// As a claim: the candidates are schedule rows due at or after from, leases due at or
-		// after from that ran out by now, and leases of another mark (a caller that stopped),
-		// each locked with FOR UPDATE SKIP LOCKED; the limit that became claimable first are
-		// leased until mark, and their bodies returned.
-		hide: fmt.Sprintf(`WITH unclaimed AS (
-	SELECT ctid AS rid, due AS at FROM %[2]s WHERE due >= $2 ORDER BY due LIMIT $5 FOR UPDATE SKIP LOCKED
-), released AS (
-	SELECT id, lease_until AS at FROM %[3]s
-	WHERE due >= $2 AND lease_until <= $3 OR lease_until >= $4 AND lease_until <> $1
-	ORDER BY lease_until LIMIT $5 FOR UPDATE SKIP LOCKED
-), picked AS (
-	SELECT id, NULL::tid AS rid, at FROM released
-	UNION ALL SELECT NULL, rid, at FROM unclaimed
-	ORDER BY at LIMIT $5
-), moved AS (
-	DELETE FROM %[2]s WHERE ctid = ANY (ARRAY(SELECT rid FROM picked WHERE rid IS NOT NULL)) RETURNING id, due
-), leased AS (
-	INSERT INTO %[3]s (id, due, lease_until) SELECT id, due, $1 FROM moved
-	ON CONFLICT (id) DO UPDATE SET due = excluded.due, lease_until = excluded.lease_until
-), renewed AS (
-	UPDATE %[3]s SET lease_until = $1 WHERE id = ANY (ARRAY(SELECT id FROM picked WHERE rid IS NULL)) RETURNING id
+		survey: fmt.Sprintf(`SELECT destination, count(*), max(due), count(*) FILTER (WHERE available_at >= $1 AND available_at <> due)
+FROM %s WHERE due >= $2 GROUP BY destination`, t),
+		// available_at >= $2 bounds the index scan: every row due at or after from is claimable
+		// at or after from, and a hidden row after HiddenFrom. Rows a poller holds (leased past
+		// now, not hidden) are skipped, and rows another Hide is taking are skipped as a claim
+		// skips them.
+		hide: fmt.Sprintf(`WITH hidden AS (
+	SELECT id FROM %[1]s WHERE available_at >= $2
+		AND (due >= $2 AND (available_at = due OR available_at <= $3) OR available_at >= $4 AND available_at <> $1)
+	ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED
 )
-SELECT id, destination, due, owner, payload, metadata, failure_count FROM %[1]s
-WHERE id = ANY (ARRAY(SELECT id FROM moved UNION ALL SELECT id FROM renewed))`, t, sc, l),
-		// Only leases whose timeout is still stored go back to the schedule.
-		release: fmt.Sprintf(`WITH released AS (
-	DELETE FROM %[3]s WHERE id = ANY ($1) RETURNING id, due
-), scheduled AS (
-	INSERT INTO %[2]s (due, id) SELECT due, id FROM released WHERE EXISTS (SELECT 1 FROM %[1]s AS t WHERE t.id = released.id)
-)
-SELECT count(*) FROM released`, t, sc, l),
+UPDATE %[1]s AS t SET available_at = $1 FROM hidden WHERE t.id = hidden.id
+RETURNING t.id, t.destination, t.due, t.owner, t.payload, t.metadata, t.failure_count`, t),
+		release: fmt.Sprintf(`UPDATE %s SET available_at = due WHERE id = ANY($1)`, t),
 	}
 }
 
@@ -130,9 +109,9 @@ func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	var n int
-	if err := s.db.QueryRowContext(ctx, s.q.handover.release, ids).Scan(&n); err != nil {
+	n, err := rowsAffected(s.db.ExecContext(ctx, s.q.handover.release, ids))
+	if err != nil {
 		return 0, fmt.Errorf("postgres: release: %w", err)
 	}
-	return n, nil
+	return int(n), nil
 }

@@ -70,15 +70,13 @@ func New(db *sql.DB, config Config) (*Store, error) {
 	return &Store{db: db, q: newQueries(config.Schema, config.Table)}, nil
 }
 
-// SetupInfrastructure creates the schema, the three tables (see Tables) and their indexes when
-// they are missing, and upgrades a table of the one-table layout of earlier versions in place.
-// When all exist it changes nothing and needs no right to create them.
+// SetupInfrastructure creates the schema, the table and its indexes when they are missing. When
+// all exist it changes nothing and needs no right to create them.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	var installed bool
-	err := s.db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL
-	AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL AND to_regclass($5) IS NOT NULL
-	AND to_regclass($6) IS NOT NULL`,
-		s.q.table, s.q.ownerIndex, s.q.schedule, s.q.scheduleIndex, s.q.leases, s.q.leasesIndex).Scan(&installed)
+	err := s.db.QueryRowContext(ctx,
+		`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL`,
+		s.q.table, s.q.availableIndex, s.q.ownerIndex).Scan(&installed)
 	if err != nil {
 		return fmt.Errorf("postgres: set up %s: %w", s.q.table, err)
 	}
@@ -106,42 +104,22 @@ func (s *Store) install(ctx context.Context) (err error) {
 	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "timeoutmill:"+s.q.table); err != nil {
 		return err
 	}
-	var schemaExists, oneTable bool
+	var schemaExists bool
 	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s.q.schemaName).Scan(&schemaExists); err != nil {
 		return err
 	}
-	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
-	WHERE attrelid = to_regclass($1) AND attname = 'available_at' AND NOT attisdropped)`, s.q.table).Scan(&oneTable); err != nil {
-		return err
-	}
-	var stmts []string
+	stmts := []string{s.q.createTable, s.q.createAvailableIndex, s.q.createOwnerIndex}
 	if !schemaExists {
 		// Only when missing: CREATE SCHEMA IF NOT EXISTS needs the right to create schemas even
 		// when the schema is there.
-		stmts = append(stmts, s.q.createSchema)
+		stmts = slices.Insert(stmts, 0, s.q.createSchema)
 	}
-	stmts = append(stmts, s.q.createTable, s.q.createOwnerIndex, s.q.createSchedule, s.q.createLeases)
-	if oneTable {
-		// Writers of the old layout wait until the upgrade commits, then fail on the missing
-		// column rather than store timeouts no poller would see: upgrade every instance at once.
-		stmts = append(stmts, `LOCK TABLE `+s.q.table+` IN SHARE ROW EXCLUSIVE MODE`,
-			s.q.upgradeSchedule, s.q.upgradeLeases, `DROP INDEX IF EXISTS `+s.q.availableIndex, s.q.upgradeFinish)
-	}
-	// The indexes after an upgrade's rows: one sort instead of an insert per row.
-	stmts = append(stmts, s.q.createScheduleIndex, s.q.createLeasesIndex)
 	for _, stmt := range stmts {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return err
 		}
 	}
 	return tx.Commit()
-}
-
-// Tables returns the quoted, qualified names of the store's tables: the timeouts themselves, the
-// schedule of those not claimed, and the leases of those claimed. A DBA who sets them up for
-// users without the right to create tables grants SELECT, INSERT, UPDATE and DELETE on all three.
-func (s *Store) Tables() (timeouts, schedule, leases string) {
-	return s.q.table, s.q.schedule, s.q.leases
 }
 
 // Store keeps t unless a timeout with its id is stored already.
@@ -261,12 +239,12 @@ func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error
 
 // Remove deletes the timeout with that id once it was forwarded.
 func (s *Store) Remove(ctx context.Context, id string) (bool, error) {
-	return s.execOne(ctx, "remove", s.q.remove, id)
+	return s.execOne(ctx, "remove", s.q.delete, id)
 }
 
 // Cancel deletes the timeout with that id so it is never delivered.
 func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
-	return s.execOne(ctx, "cancel", s.q.remove, id)
+	return s.execOne(ctx, "cancel", s.q.delete, id)
 }
 
 // IncrementFailureCount records a failed forwarding attempt.
@@ -277,11 +255,11 @@ func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, err
 // CancelByOwner deletes every timeout of owner. An empty owner cancels nothing: it means "no
 // owner", not every timeout without one.
 func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
-	var n int
-	if err := s.db.QueryRowContext(ctx, s.q.cancelByOwner, owner).Scan(&n); err != nil {
+	n, err := rowsAffected(s.db.ExecContext(ctx, s.q.cancelByOwner, owner))
+	if err != nil {
 		return 0, fmt.Errorf("postgres: cancel timeouts of %q: %w", owner, err)
 	}
-	return n, nil
+	return int(n), nil
 }
 
 // execOne runs a statement on one id and reports whether it found the row.

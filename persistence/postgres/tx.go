@@ -21,7 +21,7 @@ func (s *Store) RemoveTx(ctx context.Context, tx *sql.Tx, id string) (bool, erro
 	if tx == nil {
 		return false, errors.New("postgres: remove: tx is nil")
 	}
-	n, err := rowsAffected(tx.ExecContext(ctx, s.q.remove, id))
+	n, err := rowsAffected(tx.ExecContext(ctx, s.q.delete, id))
 	if err != nil {
 		return false, fmt.Errorf("postgres: remove %q in a transaction: %w", id, err)
 	}

@@ -31,7 +31,7 @@ func (s *Store) RemoveManyWith(ctx context.Context, q Querier, ids []string, wit
 		return nil, nil
 	}
 	var b strings.Builder
-	b.WriteString(s.q.removeWith)
+	b.WriteString(`WITH removed AS (DELETE FROM ` + s.q.table + ` WHERE id = ANY($1) RETURNING id)`)
 	for i, w := range with {
 		b.WriteString(", with" + strconv.Itoa(i) + " AS (" + w + ")")
 	}
