@@ -85,3 +85,31 @@ func TestTargetsReadTheRows(t *testing.T) {
 	require.Equal(t, "yes", got["drain RabbitMQ + PostgreSQL ≥ 1/3 of the raw broker round trip"].Met)
 	require.Equal(t, "—", got["drain GoChannel + memory ≥ 100,000/s"].Met, "not run")
 }
+
+// TestMedianRowCountsEveryRun: a scenario run three times is reported by its median run, and
+// an early, lost or duplicated message of any run shows in the row.
+func TestMedianRowCountsEveryRun(t *testing.T) {
+	t.Parallel()
+	runs := []Result{
+		{System: "s", Kind: KindBacklog, DrainRate: 9000, Counted: true, Lost: 1, Notes: []string{"fast"}},
+		{System: "s", Kind: KindBacklog, NotRun: "pilot: broker gone"},
+		{System: "s", Kind: KindBacklog, DrainRate: 3000, Counted: true, Early: 2},
+		{System: "s", Kind: KindBacklog, DrainRate: 5000, Counted: true, Duplicated: 3, Notes: []string{"middle"},
+			Lateness: &Lateness{P99: 7 * time.Millisecond}},
+	}
+	m := median(runs)
+	require.Equal(t, 5000.0, m.DrainRate, "the median of the three that ran")
+	require.Equal(t, 7*time.Millisecond, m.Lateness.P99, "the median run's lateness")
+	require.Equal(t, []int{2, 1, 3}, []int{m.Early, m.Lost, m.Duplicated}, "every run's early, lost and duplicated")
+	require.Equal(t, "middle", m.Notes[0])
+	require.Contains(t, m.Notes[1], "median of 3 runs (9,000, 3,000, 5,000/s, in the order run)")
+	require.Contains(t, m.Notes[2], "1 more runs did not run, the first because: pilot: broker gone")
+	require.Len(t, runs[3].Notes, 1, "the runs themselves are left as they were")
+
+	ceilings := median([]Result{{PublishRate: 2}, {PublishRate: 3}, {PublishRate: 1}})
+	require.Equal(t, 2.0, ceilings.PublishRate, "a commit ceiling, with no drain, by its publish rate")
+	one := Result{DrainRate: 1, Notes: []string{"only"}}
+	require.Equal(t, one, median([]Result{one}), "one run is its own row")
+	failed := median([]Result{{NotRun: "a"}, {NotRun: "b"}})
+	require.Equal(t, "a", failed.NotRun)
+}

@@ -42,6 +42,14 @@ type Plan struct {
 	ScalePending int
 	ScaleStores  int
 
+	// Runs is how many times each backlog and each ceiling runs. Its row is the run with the
+	// median drain rate, with the early, lost and duplicated messages of every run, and a note
+	// listing each run's rate. A ratio target divides two such medians: one run cannot decide
+	// one, as the watermill-sql peer's drain depends on where its once-a-second poll falls
+	// (4,300–25,600/s over the single runs of one day) and the broker's round trip moved by a
+	// third between runs minutes apart.
+	Runs int
+
 	// Grace is how long a workload waits for the last messages after they were due before it
 	// counts the missing ones as lost.
 	Grace time.Duration
@@ -63,6 +71,7 @@ func PlanFor(mode Mode) (Plan, error) {
 			CommitTime:        3 * time.Second,
 			ScalePending:      1000000,
 			ScaleStores:       30000,
+			Runs:              3,
 			Grace:             20 * time.Second,
 		}, nil
 	case Quick:
@@ -76,8 +85,12 @@ func PlanFor(mode Mode) (Plan, error) {
 			BacklogSQL:        500,
 			CeilingMessages:   3000,
 			CommitTime:        time.Second,
+			Runs:              1,
 			Grace:             10 * time.Second,
 		}, nil
 	}
 	return Plan{}, fmt.Errorf("bench: unknown mode %q (want %q or %q)", mode, Full, Quick)
 }
+
+// runs is Runs, at least one.
+func (p Plan) runs() int { return max(1, p.Runs) }

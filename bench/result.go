@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -162,4 +163,65 @@ func WriteMarkdown(w io.Writer, results []Result) error {
 		return fmt.Errorf("writing the Markdown table: %w", err)
 	}
 	return nil
+}
+
+// median combines the runs of one scenario into its row: the run with the median rate (drain,
+// or publish where a ceiling has no drain: the commit rates), the lower of the two middle ones
+// for an even count, with the early, lost and duplicated
+// messages of every run added up, and a note listing each run's rate. Runs that did not run are
+// left out unless none ran.
+func median(runs []Result) Result {
+	if len(runs) == 1 {
+		return runs[0]
+	}
+	var ran []int
+	for i, r := range runs {
+		if r.NotRun == "" {
+			ran = append(ran, i)
+		}
+	}
+	if len(ran) == 0 {
+		return runs[0]
+	}
+	order := slices.Clone(ran)
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(runs[a].mainRate(), runs[b].mainRate()) })
+	mid := order[(len(order)-1)/2]
+	m := runs[mid]
+	m.Notes = slices.Clone(m.Notes)
+	rates := make([]string, len(ran))
+	for k, i := range ran {
+		rates[k] = rate(runs[i].mainRate())
+		if i != mid {
+			m.Early += runs[i].Early
+			m.Lost += runs[i].Lost
+			m.Duplicated += runs[i].Duplicated
+		}
+	}
+	m.Notes = append(m.Notes, fmt.Sprintf("median of %d runs (%s/s, in the order run); lateness of that run; early, lost and dup of all %d",
+		len(ran), strings.Join(rates, ", "), len(ran)))
+	if failed := len(runs) - len(ran); failed > 0 {
+		for _, r := range runs {
+			if r.NotRun != "" {
+				m.Notes = append(m.Notes, fmt.Sprintf("%d more runs did not run, the first because: %s", failed, r.NotRun))
+				break
+			}
+		}
+	}
+	return m
+}
+
+// mainRate is what median orders runs by: the drain rate, or the publish rate where there is none.
+func (r Result) mainRate() float64 {
+	if r.DrainRate > 0 {
+		return r.DrainRate
+	}
+	return r.PublishRate
+}
+
+// runLabel names run i of n in progress lines: nothing when there is one.
+func runLabel(i, n int) string {
+	if n == 1 {
+		return ""
+	}
+	return fmt.Sprintf(" (run %d of %d)", i+1, n)
 }

@@ -59,13 +59,20 @@ func (s Suite) Run(ctx context.Context, env Env) ([]Result, error) {
 			add(probe)
 			continue
 		}
-		progress(env, "start %s", probe.Name())
-		r, err := c.Run(ctx, env, s.Plan)
-		if err != nil {
-			r = probe
-			r.NotRun = "failed: " + err.Error()
+		var runs []Result
+		for i := range s.Plan.runs() {
+			progress(env, "start %s%s", probe.Name(), runLabel(i, s.Plan.runs()))
+			r, err := c.Run(ctx, env, s.Plan)
+			if err != nil {
+				r = probe
+				r.NotRun = "failed: " + err.Error()
+			}
+			runs = append(runs, r)
+			if ctx.Err() != nil {
+				break
+			}
 		}
-		add(r)
+		add(median(runs))
 		if ctx.Err() != nil {
 			return results, ctx.Err()
 		}
@@ -137,7 +144,17 @@ func (s Suite) runSystem(ctx context.Context, env Env, sys System, kinds []Kind)
 			if sys.SQL {
 				n = s.Plan.BacklogSQL
 			}
-			out = append(out, w.backlog(ctx, n))
+			var runs []Result
+			for i := range s.Plan.runs() {
+				if i > 0 {
+					progress(env, "      backlog, run %d of %d", i+1, s.Plan.runs())
+				}
+				runs = append(runs, w.backlog(ctx, n))
+				if ctx.Err() != nil {
+					break
+				}
+			}
+			out = append(out, median(runs))
 		}
 		if ctx.Err() != nil {
 			break

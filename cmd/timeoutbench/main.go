@@ -54,6 +54,7 @@ type options struct {
 	verbose      bool
 	backlog      int
 	backlogSQL   int
+	runs         int
 	rate         int
 	duration     time.Duration
 	ceilingCount int
@@ -74,6 +75,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.verbose, "v", false, "log the systems' warnings and information, not only their errors")
 	fs.IntVar(&o.backlog, "backlog", 0, "messages of each backlog (default: the mode's)")
 	fs.IntVar(&o.backlogSQL, "backlog-sql", 0, "messages of the SQL systems' backlogs (default: the mode's)")
+	fs.IntVar(&o.runs, "runs", 0, "runs of each backlog and ceiling, reported by their median (default: the mode's, 3 in full mode)")
 	fs.IntVar(&o.rate, "precision-rate", 0, "messages a second of the precision stream (default: the mode's)")
 	fs.DurationVar(&o.duration, "precision-duration", 0, "length of the precision stream (default: the mode's)")
 	fs.IntVar(&o.ceilingCount, "ceiling-messages", 0, "messages through each raw broker path (default: the mode's)")
@@ -100,6 +102,7 @@ func (o options) plan() (bench.Plan, error) {
 	}
 	override(&plan.Backlog, o.backlog)
 	override(&plan.BacklogSQL, o.backlogSQL)
+	override(&plan.Runs, o.runs)
 	override(&plan.PrecisionRate, o.rate)
 	override(&plan.CeilingMessages, o.ceilingCount)
 	if o.duration > 0 {
