@@ -95,12 +95,7 @@ func Benchmark(b *testing.B, newStore func(b *testing.B) persistence.Store) {
 	})
 
 	b.Run("StoreMany", func(b *testing.B) {
-		store := newStore(b)
-		defer store.Close()
-		batch, ok := store.(batchStore)
-		if !ok {
-			b.Skipf("%T has no batch calls", store)
-		}
+		_, batch := openBatch(b, newStore)
 		ctx := b.Context()
 		due := time.Now().Add(time.Hour)
 		var next atomic.Int64
@@ -125,12 +120,7 @@ func Benchmark(b *testing.B, newStore func(b *testing.B) persistence.Store) {
 	// The dispatch satellite's path through a backlog: claims of the poller's batch, then
 	// PeekMany and RemoveMany per batch of the claimed ids.
 	b.Run("ClaimPeekAndRemoveMany", func(b *testing.B) {
-		store := newStore(b)
-		defer store.Close()
-		batch, ok := store.(batchStore)
-		if !ok {
-			b.Skipf("%T has no batch calls", store)
-		}
+		store, batch := openBatch(b, newStore)
 		ctx := b.Context()
 		now := time.Now()
 		fill(ctx, b, store, b.N*benchBatch, now.Add(-time.Hour))
@@ -163,12 +153,7 @@ func Benchmark(b *testing.B, newStore func(b *testing.B) persistence.Store) {
 	})
 
 	b.Run("PeekAndRemoveMany", func(b *testing.B) {
-		store := newStore(b)
-		defer store.Close()
-		batch, ok := store.(batchStore)
-		if !ok {
-			b.Skipf("%T has no batch calls", store)
-		}
+		store, batch := openBatch(b, newStore)
 		ctx := b.Context()
 		fill(ctx, b, store, b.N*benchBatch, time.Now())
 		b.ResetTimer()
@@ -188,6 +173,19 @@ func Benchmark(b *testing.B, newStore func(b *testing.B) persistence.Store) {
 		}
 		b.ReportMetric(float64(b.N*benchBatch)/b.Elapsed().Seconds(), "peek+remove/s")
 	})
+}
+
+// openBatch opens a store for a benchmark of its batch calls, which it skips for a store without
+// them, and closes the store when the benchmark ends.
+func openBatch(b *testing.B, newStore func(b *testing.B) persistence.Store) (persistence.Store, batchStore) {
+	b.Helper()
+	store := newStore(b)
+	b.Cleanup(func() { _ = store.Close() })
+	batch, ok := store.(batchStore)
+	if !ok {
+		b.Skipf("%T has no batch calls", store)
+	}
+	return store, batch
 }
 
 // benchBatch is the size of the batches the batch benchmarks use: the satellites' default
