@@ -137,7 +137,8 @@ func runScale(ctx context.Context, env Env, plan Plan) ([]Result, error) {
 		}
 	}
 	services = nil
-	results[1].Notes = append(results[1].Notes, fmt.Sprintf("filled by SQL in %s", filled.Round(time.Second)))
+	results[1].Notes = append(results[1].Notes, fmt.Sprintf("filled by SQL in %s: random UUIDs, %d-byte payloads, 1 in %d due, scattered",
+		filled.Round(time.Second), scalePayloadBytes, max(1, plan.ScalePending/scaleDueRows)))
 	return results, nil
 }
 
@@ -439,8 +440,9 @@ func queueConsumers(url, queue string) (int, error) {
 	return q.Consumers, err
 }
 
-// scalePayload is a JSON document of scalePayloadBytes with a random string in it, which no
-// compression shrinks.
+// scalePayload is a JSON document of scalePayloadBytes with a random hex string in it. Like the
+// fill's payloads, it stays inline in the row: PostgreSQL moves a value out of line (TOAST) only
+// from about 2 KB.
 func scalePayload() []byte {
 	const prefix, suffix = `{"timeoutbench":"`, `"}`
 	b := make([]byte, scalePayloadBytes-len(prefix)-len(suffix))
