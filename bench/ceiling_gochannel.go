@@ -24,7 +24,7 @@ const relayBatch = 500
 // messages ÷ (last arrival − first publish).
 func goChannelRelay(ctx context.Context, env Env, plan Plan) (Result, error) {
 	n := plan.Backlog
-	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024}, env.logger())
+	pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024, BlockPublishUntilSubscriberAck: true}, env.logger())
 	defer pubsub.Close()
 	const in, out = "relay.in", "relay.out"
 	msgs, err := pubsub.Subscribe(ctx, out)

@@ -81,7 +81,7 @@ func goChannelSystem(name string, open func(ctx context.Context, env Env, endpoi
 	return System{
 		Name: name,
 		Open: func(ctx context.Context, env Env, dest string) (*Rig, error) {
-			pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024}, env.logger())
+			pubsub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024, BlockPublishUntilSubscriberAck: true}, env.logger())
 			arrivals, err := pubsub.Subscribe(ctx, dest)
 			if err != nil {
 				return nil, fmt.Errorf("subscribing to %s: %w", dest, err)

@@ -62,6 +62,7 @@ type CircuitBreaker struct {
 	lastErr error
 	timer   *time.Timer
 	tripped bool
+	stopped bool   // Stop was called: nothing arms the breaker again
 	gen     uint64 // arming generation, so a stale timer cannot trip a re-armed breaker
 }
 
@@ -81,6 +82,12 @@ func (b *CircuitBreaker) Failure(ctx context.Context, err error) {
 		b.cfg.OnFailure(err)
 	}
 	b.mu.Lock()
+	if b.stopped {
+		// A stopped stage's failures are its shutdown's doing: they neither arm the breaker nor
+		// hold the caller back.
+		b.mu.Unlock()
+		return
+	}
 	b.lastErr = err
 	if b.since.IsZero() {
 		b.since = time.Now()
@@ -123,13 +130,16 @@ func (b *CircuitBreaker) Tripped() bool {
 	return b.tripped
 }
 
-// Stop cancels a pending trip, for shutdown.
+// Stop cancels a pending trip, for shutdown, and for good: failures recorded after it neither
+// arm the breaker nor wait, so a stopped endpoint never raises a critical error.
 func (b *CircuitBreaker) Stop() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.timer != nil {
 		b.timer.Stop()
 	}
+	b.since, b.lastErr, b.timer = time.Time{}, nil, nil
+	b.stopped = true
 	b.gen++
 }
 

@@ -63,6 +63,7 @@ type RateBreaker struct {
 	opened  time.Time // start of the current window; zero when none is open
 	count   int
 	tripped bool
+	stopped bool
 }
 
 // NewRateBreaker returns a RateBreaker with no failures counted.
@@ -81,6 +82,10 @@ func (b *RateBreaker) Failure(err error) {
 	}
 	now := time.Now()
 	b.mu.Lock()
+	if b.stopped {
+		b.mu.Unlock()
+		return
+	}
 	if b.opened.IsZero() || now.Sub(b.opened) >= b.cfg.Window {
 		b.opened, b.count, b.tripped = now, 0, false
 	}
@@ -94,4 +99,12 @@ func (b *RateBreaker) Failure(err error) {
 	if trip {
 		b.cfg.OnTrip(&Error{Breaker: b.cfg.Name, Message: b.cfg.Message, Err: err, FailingSince: since})
 	}
+}
+
+// Stop makes the breaker ignore later failures, for shutdown: a stopped endpoint raises no
+// critical error.
+func (b *RateBreaker) Stop() {
+	b.mu.Lock()
+	b.stopped = true
+	b.mu.Unlock()
 }

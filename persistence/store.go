@@ -95,6 +95,19 @@ type Store interface {
 	Close() error
 }
 
+// Releaser is an optional interface that may be implemented by a [Store]: it gives claimed
+// timeouts back before their lease runs out.
+//
+// A timeout manager that stops with timeouts claimed and not delivered (their announcements or
+// forwards were cut short by the stop) releases them, so that the next poller claims them at
+// once. If a Store does not implement Releaser, they wait for their claim's lease to run out
+// (timeouts.Config.ClaimLease) and are delivered then: late, never lost.
+type Releaser interface {
+	// Release makes the timeouts with these ids claimable again from their due time, and
+	// returns how many of them it found. Ids not stored are ignored.
+	Release(ctx context.Context, ids []string) (int, error)
+}
+
 // Installer is implemented by stores that create their own tables. SetupInfrastructure is
 // idempotent and is called before the store is used (NServiceBus's
 // IDelayedMessageStoreWithInfrastructure).
@@ -168,9 +181,8 @@ type Handover interface {
 	// the same timeout.
 	Hide(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]Timeout, error)
 
-	// Release makes the timeouts with these ids, which the caller hid, claimable again from their
-	// due time, and returns how many of them it found.
-	Release(ctx context.Context, ids []string) (int, error)
+	// Releaser puts back timeouts the caller hid and did not hand over.
+	Releaser
 }
 
 // Survey describes the timeouts a Handover would hand over.

@@ -189,7 +189,9 @@ func (s *Store) storeBatch(store BatchStore, batch []*request[delayed]) {
 	for i, r := range first {
 		ts[i] = r.item.t
 	}
-	inserted, err := store.StoreMany(messageContext(first[0].item.msg), ts)
+	ctx, cancel := detached(first[0].item.msg) // runs to its end, as storeOne does
+	defer cancel()
+	inserted, err := store.StoreMany(ctx, ts)
 	if err != nil {
 		s.logger.Debug("Storing a batch of timeouts failed; storing them one by one", watermill.LogFields{"count": len(ts), "error": err.Error()})
 		eachAlone(first, alone)
@@ -271,7 +273,7 @@ func (d *Dispatch) dispatchBatch(store BatchStore, batch []*request[due]) {
 	defer eachAlone(again, alone) // they find their timeout gone
 
 	// Once started, forwards run to their end even while the router shuts down (see handleOne).
-	fwdCtx, cancel := context.WithTimeout(context.WithoutCancel(messageContext(first[0].item.msg)), afterForwardTimeout)
+	fwdCtx, cancel := detached(first[0].item.msg)
 	defer cancel()
 	byDestination := map[string][]forward{}
 	var destinations []string
@@ -311,6 +313,12 @@ func (d *Dispatch) dispatchBatch(store BatchStore, batch []*request[due]) {
 			}
 			continue
 		}
+		if d.interrupted() {
+			for _, f := range fs {
+				f.req.done <- d.cutShort(f.t, nil)
+			}
+			continue
+		}
 		for _, f := range fs {
 			d.dispatched(f.t)
 		}
@@ -329,7 +337,7 @@ func (d *Dispatch) removeMany(store BatchStore, sent []forward) {
 	if len(sent) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(messageContext(sent[0].req.item.msg)), afterForwardTimeout)
+	ctx, cancel := detached(sent[0].req.item.msg)
 	defer cancel()
 	ids := make([]string, len(sent))
 	for i, f := range sent {

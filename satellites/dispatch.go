@@ -51,6 +51,15 @@ type DispatchConfig struct {
 	Forwarder Forwarder
 	// OnDispatched is told of each timeout delivered and when. Optional (metrics use it).
 	OnDispatched func(t persistence.Timeout, deliveredAt time.Time)
+	// Stopping reports whether the endpoint's stop has begun. A forward that fails then is the
+	// stop's doing: it is not counted as an attempt, never sends the message to the error queue,
+	// and nacks the dispatcher message, leaving the timeout in the store. Optional.
+	Stopping func() bool
+	// Interrupted reports whether a publish that returned without an error may nevertheless not
+	// have reached its subscriber (Watermill's GoChannel, once its stop has begun: it discards
+	// what it holds when it closes). Such a forward is not counted as delivered: its timeout is
+	// kept and its dispatcher message nacked, a possible duplicate rather than a loss. Optional.
+	Interrupted func() bool
 	// MaxBatch bounds how many due timeouts are dispatched together when Store is a BatchStore
 	// and several dispatcher messages are handled at once (a subscriber with several consumers,
 	// or Watermill's GoChannel, which hands messages over without waiting for acks). Defaults to
@@ -163,9 +172,31 @@ func (d *Dispatch) handleOne(msg *message.Message, id string) error {
 	if err := d.cfg.Publisher.Publish(t.Destination, out); err != nil {
 		return d.forwardFailed(msg, t, out, err)
 	}
+	if d.interrupted() {
+		return d.cutShort(t, nil)
+	}
 	d.dispatched(t)
 	d.remove(msg, id)
 	return nil
+}
+
+func (d *Dispatch) stopping() bool    { return d.cfg.Stopping != nil && d.cfg.Stopping() }
+func (d *Dispatch) interrupted() bool { return d.cfg.Interrupted != nil && d.cfg.Interrupted() }
+
+// cutShort answers a forward the endpoint's stop cut short: the timeout stays in the store,
+// uncounted, for the next start (see DispatchConfig.Stopping).
+func (d *Dispatch) cutShort(t persistence.Timeout, cause error) error {
+	d.logger.Debug("Forward cut short by the stop; the timeout is kept", watermill.LogFields{"timeout_id": t.ID})
+	return stopErr("forwarding timeout "+t.ID, cause)
+}
+
+// stopErr is the error for work the stop cut short: it nacks the message, and wraps
+// context.Canceled, which the router does not log as a handler failure.
+func stopErr(what string, cause error) error {
+	if cause == nil {
+		return fmt.Errorf("%s cut short by the endpoint's stop: %w", what, context.Canceled)
+	}
+	return fmt.Errorf("%s cut short by the endpoint's stop (%v): %w", what, cause, context.Canceled)
 }
 
 // forwardAndRemove lets the configured Forwarder deliver and remove in one step (exactly once).
@@ -192,7 +223,10 @@ func (d *Dispatch) dispatched(t persistence.Timeout) {
 // forwardFailed counts a failed attempt; past NumberOfRetries the message goes to the error queue
 // and leaves the store. Otherwise the dispatcher message is nacked and the attempt repeated.
 func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, out *message.Message, cause error) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(messageContext(msg)), afterForwardTimeout)
+	if d.stopping() {
+		return d.cutShort(t, cause)
+	}
+	ctx, cancel := detached(msg)
 	defer cancel()
 	fields := watermill.LogFields{"timeout_id": t.ID, "destination": t.Destination}
 	d.logger.Error("Forwarding due message failed", cause, fields)
@@ -256,7 +290,7 @@ const afterForwardTimeout = 30 * time.Second
 func (d *Dispatch) remove(msg *message.Message, id string) {
 	// The message is out: removing its timeout must finish even while the router shuts down and
 	// cancels message contexts, or it would be delivered again after the restart.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(messageContext(msg)), afterForwardTimeout)
+	ctx, cancel := detached(msg)
 	defer cancel()
 	fields := watermill.LogFields{"timeout_id": id}
 	for {

@@ -47,7 +47,7 @@ func (d *Dispatch) forwardBatch(store BatchStore, fwd BatchForwarder, batch []*r
 
 	// The forward runs to its end even while the router shuts down (see handleOne); it is one
 	// transaction, so cutting it short would only undo it.
-	fwdCtx, cancel := context.WithTimeout(context.WithoutCancel(messageContext(first[0].item.msg)), afterForwardTimeout)
+	fwdCtx, cancel := detached(first[0].item.msg)
 	defer cancel()
 	var (
 		fs   []Forwarding

@@ -33,6 +33,13 @@ func messageContext(msg *message.Message) context.Context {
 	return context.Background()
 }
 
+// detached is msg's context without its cancellation, bounded by afterForwardTimeout: for store
+// calls that must finish once started, even while the router shuts down and cancels message
+// contexts.
+func detached(msg *message.Message) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(messageContext(msg)), afterForwardTimeout)
+}
+
 func loggerOrNop(l watermill.LoggerAdapter) watermill.LoggerAdapter {
 	if l == nil {
 		return watermill.NopLogger{}

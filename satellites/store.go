@@ -99,7 +99,10 @@ func (s *Store) Handle(msg *message.Message) error {
 
 // storeOne stores one timeout read from msg by itself.
 func (s *Store) storeOne(msg *message.Message, t persistence.Timeout) error {
-	ctx := messageContext(msg)
+	// A store that started runs to its end even while the router shuts down (which cancels
+	// message contexts): the Pub/Sub may count the message as handed over already.
+	ctx, cancel := detached(msg)
+	defer cancel()
 	inserted, err := s.cfg.Store.Store(ctx, t)
 	if errors.Is(err, persistence.ErrInvalidTimeout) {
 		return s.reject(msg, err.Error())

@@ -19,7 +19,7 @@ import (
 // refusedAnnouncements runs a manager whose dispatcher queue refuses every announcement (a broker
 // restart) until accept, with an hour-long lease and a 2 s dispatch breaker.
 func refusedAnnouncements(t *testing.T) (*testBundle, *refusingQueue, *criticalRecorder) {
-	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024}, watermill.NopLogger{})
+	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })
 	refusing := &refusingQueue{Publisher: pubSub, topic: wire.DispatcherQueue(endpoint), refuse: true}
 	rec := &criticalRecorder{}

@@ -18,7 +18,7 @@ func Example() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	logger := watermill.NopLogger{}
-	pubSub := gochannel.NewGoChannel(gochannel.Config{}, logger)
+	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
 
 	manager, err := timeouts.NewManager(timeouts.Config{
 		Endpoint:   "orders",

@@ -30,13 +30,16 @@ type Manager struct {
 	publisher *Publisher
 	breakers  []*critical.CircuitBreaker
 	metrics   *metrics
+	stop      *lifecycle
 
-	mu      sync.Mutex
-	router  *message.Router
-	critErr *critical.Error
-	started bool
-	done    chan struct{} // closed when the poller has stopped
-	ready   chan struct{} // closed once the store's infrastructure is set up
+	mu         sync.Mutex
+	router     *message.Router
+	critErr    *critical.Error
+	subscribed int             // the satellites' subscriptions made so far
+	pollCtx    context.Context // the store satellite's subscription context
+	started    bool
+	done       chan struct{} // closed when the manager has stopped
+	ready      chan struct{} // closed once the store's infrastructure is set up
 }
 
 // NewManager validates config and assembles the timeout manager.
@@ -44,6 +47,9 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 	config.setDefaults()
 	if err := config.Validate(); err != nil {
 		return nil, err
+	}
+	if err := checkGoChannel(config.Publisher); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if logger == nil {
 		logger = watermill.NopLogger{}
@@ -54,6 +60,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		done:   make(chan struct{}),
 		ready:  make(chan struct{}),
 	}
+	m.stop = newLifecycle(config.Store, config.Publisher, m.logger)
 
 	var breakerNames []string
 	newBreaker := func(name string, wait time.Duration, msg string) (*critical.CircuitBreaker, error) {
@@ -88,6 +95,12 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 	if err != nil {
 		return nil, err
 	}
+	m.stop.onBegin = func() {
+		for _, b := range m.breakers {
+			b.Stop()
+		}
+		recoveryBreaker.Stop()
+	}
 
 	if m.metrics, err = newMetrics(config.MetricsRegisterer, config.Endpoint, config.Store, m.breakers, breakerNames); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
@@ -103,6 +116,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		retryDelay: config.RetryDelay,
 		fetch:      fetchBreaker,
 		dispatch:   dispatchBreaker,
+		stop:       m.stop,
 		logger:     m.logger,
 	}
 	m.poller.init()
@@ -129,6 +143,8 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		RecoveryBreaker: recoveryBreaker,
 		OnDispatched:    m.metrics.onDispatched,
 		Forwarder:       config.Forwarder,
+		Stopping:        m.stop.stopping,
+		Interrupted:     m.stop.interrupted,
 	}, m.logger); err != nil {
 		return nil, err
 	}
@@ -138,8 +154,12 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 	return m, nil
 }
 
-// AddToRouter adds the store and dispatch satellites to router. The poller runs while the store
-// satellite's subscription does: it starts when the router runs and stops when it closes.
+// AddToRouter adds the store and dispatch satellites to router. The poller runs while the
+// router does: it starts once both satellites have subscribed and stops when the router closes.
+//
+// To stop, close the router, then wait for Done before closing the store (and the Publisher and
+// Subscriber, which the manager does not close). The stop lets forwards already started finish;
+// what it cuts short stays in the store and is claimable again at once by the next start.
 func (m *Manager) AddToRouter(router *message.Router) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -147,9 +167,18 @@ func (m *Manager) AddToRouter(router *message.Router) error {
 		return fmt.Errorf("%w: the manager of %s is already added to a router", ErrInvalidConfig, m.cfg.Endpoint)
 	}
 	m.router = router
-	router.AddConsumerHandler(m.store.Name(), m.store.Queue(), &pollingSubscriber{Subscriber: m.cfg.Subscriber, m: m}, m.store.Handle)
-	router.AddConsumerHandler(m.dispatch.Name(), m.dispatch.Queue(), m.cfg.Subscriber, m.dispatch.Handle)
+	router.AddConsumerHandler(m.store.Name(), m.store.Queue(), &managedSubscriber{Subscriber: m.cfg.Subscriber, m: m, startsPoller: true}, m.store.Handle)
+	router.AddConsumerHandler(m.dispatch.Name(), m.dispatch.Queue(), &managedSubscriber{Subscriber: m.cfg.Subscriber, m: m}, m.handleDue)
 	return nil
+}
+
+// handleDue dispatches one announced id and, on a GoChannel, records that it is settled.
+func (m *Manager) handleDue(msg *message.Message) error {
+	err := m.dispatch.Handle(msg)
+	if err == nil {
+		m.stop.settled(string(msg.Payload))
+	}
+	return err
 }
 
 // Publisher returns a publisher that routes delayed messages through this endpoint's Timeouts
@@ -184,31 +213,41 @@ func (m *Manager) Err() error {
 // tables yet.
 func (m *Manager) Ready() <-chan struct{} { return m.ready }
 
-// Done is closed when the poller has stopped after the router closed, having announced what it
-// had claimed. Close the Publisher only after it: announcements that find it closed leave their
-// ids to wait for their claims' lease (ClaimLease).
+// Done is closed when the manager has stopped after its router closed: the poller announced what
+// it had claimed, the router's handlers finished their forwards, and what the stop cut short was
+// given back to the store, claimable at once (persistence.Releaser). Close the store, and the
+// Publisher and Subscriber, only after it.
 func (m *Manager) Done() <-chan struct{} { return m.done }
 
-// startPoller runs the poller for as long as ctx lives. Only the first call starts it.
-func (m *Manager) startPoller(ctx context.Context) {
+// startPoller is called by each satellite's subscription; the second starts the poller, with the
+// store satellite's subscription context (ctx when startsPoller), so that nothing is announced
+// before the dispatch satellite listens: an in-process Pub/Sub drops a message that has no
+// subscriber.
+func (m *Manager) startPoller(ctx context.Context, startsPoller bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.started {
+	if startsPoller {
+		m.pollCtx = ctx
+	}
+	m.subscribed++
+	if m.started || m.subscribed < 2 || m.pollCtx == nil {
 		return
 	}
 	m.started = true
+	ctx = m.stop.running(m.pollCtx) // the poller claims nothing once the stop begins
+	router := m.router
 	go func() {
 		defer close(m.done)
-		defer func() {
-			for _, b := range m.breakers {
-				b.Stop()
-			}
-		}()
-		if !m.cfg.SkipInfrastructureSetup && !m.setupInfrastructure(ctx) {
-			return // stopped before the store could be set up
+		if m.cfg.SkipInfrastructureSetup || m.setupInfrastructure(ctx) {
+			close(m.ready)
+			m.poller.run(ctx)
 		}
-		close(m.ready)
-		m.poller.run(ctx)
+		// Router.Close returns once the router's handlers have finished (a second call waits
+		// for the first), so the dispatch satellite has settled all it will.
+		if err := router.Close(); err != nil {
+			m.logger.Error("Waiting for the router's handlers at the stop failed", err, nil)
+		}
+		m.stop.release(m.stop.unsettled(), "claimed on an in-process Pub/Sub and not delivered")
 	}()
 }
 
@@ -259,18 +298,3 @@ func (m *Manager) raise(e *critical.Error) {
 	}
 }
 
-// pollingSubscriber starts the manager's poller when the router subscribes the store satellite,
-// with the subscription's context, so the poller lives exactly as long as the router runs it.
-type pollingSubscriber struct {
-	message.Subscriber
-	m *Manager
-}
-
-func (s *pollingSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	ch, err := s.Subscriber.Subscribe(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	s.m.startPoller(ctx)
-	return ch, nil
-}

@@ -32,7 +32,7 @@ type testBundle struct {
 // setup runs a manager for endpoint on a fresh GoChannel and router; mutate adjusts its config.
 func setup(t *testing.T, store persistence.Store, mutate func(*timeouts.Config)) *testBundle {
 	t.Helper()
-	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024}, watermill.NopLogger{})
+	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })
 	return start(t, pubSub, store, mutate)
 }
@@ -377,7 +377,7 @@ func TestRestartKeepsTimeouts(t *testing.T) {
 	require.NoError(t, first.router.Close())
 	<-first.manager.Done()
 
-	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024}, watermill.NopLogger{})
+	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })
 	delivered := subscribe(t, pubSub, "later")
 	start(t, pubSub, store, nil)
@@ -388,7 +388,7 @@ func TestRestartKeepsTimeouts(t *testing.T) {
 
 func TestForwardFailureGoesToErrorQueueAfterNumberOfRetries(t *testing.T) {
 	t.Parallel()
-	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024}, watermill.NopLogger{})
+	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })
 	failing := &failingDestination{Publisher: pubSub, topic: "broken"}
 	store := memory.New()

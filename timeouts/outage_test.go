@@ -52,15 +52,21 @@ func TestStorageOutageShorterThanWaitRaisesNothingAndLosesNothing(t *testing.T) 
 
 	store.Fail()
 	var sent []string
+	published := make(chan error, 5)
 	for range 5 {
 		msg := message.NewMessage(watermill.NewUUID(), nil)
 		timeouts.DeliverAfter(msg, 100*time.Millisecond)
-		require.NoError(t, b.manager.Publisher().Publish("dest", msg))
 		sent = append(sent, msg.UUID)
+		// On a GoChannel that waits for acks, Publish returns once the timeout is stored: after
+		// the outage.
+		go func() { published <- b.manager.Publisher().Publish("dest", msg) }()
 	}
 	time.Sleep(time.Second) // half the wait
 	require.Positive(t, store.FailedCalls(), "the outage was noticed")
 	store.Recover()
+	for range sent {
+		require.NoError(t, <-published)
+	}
 
 	got := map[string]bool{}
 	for range sent {

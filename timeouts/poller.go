@@ -28,6 +28,7 @@ type poller struct {
 	retryDelay time.Duration            // the breakers' RetryDelay: how long dispatch.Failure waits
 	fetch      *critical.CircuitBreaker // storage failures
 	dispatch   *critical.CircuitBreaker // dispatcher queue failures
+	stop       *lifecycle
 	logger     watermill.LoggerAdapter
 
 	wakeCh chan struct{}
@@ -105,6 +106,7 @@ func (p *poller) poll(ctx context.Context) (next time.Time, ok bool) {
 	if len(ids) == 0 {
 		<-p.slots
 	} else {
+		p.stop.claimed(ids, now.Add(p.lease))
 		p.announcing.Add(1)
 		go func() {
 			defer p.announcing.Done()
@@ -155,6 +157,7 @@ func (p *poller) setPlanned(at time.Time) {
 // published again at the dispatch breaker's pace (a broker restart should cost its own length,
 // not a lease), for half the lease: after that another poller may claim them soon, so they are
 // left to it. An announcement that gets through disarms the dispatch breaker the failures armed.
+// Ids whose announcement the stop cut short are given back to the store at once.
 func (p *poller) announceClaimed(ctx context.Context, ids []string, claimedAt time.Time) {
 	giveUp := claimedAt.Add(p.lease / 2)
 	for {
@@ -163,12 +166,14 @@ func (p *poller) announceClaimed(ctx context.Context, ids []string, claimedAt ti
 			p.dispatch.Success()
 			return
 		}
-		if ctx.Err() != nil {
-			return // shutting down: the lease brings them back
-		}
 		var na *dispatcherqueue.NotAnnouncedError
 		if errors.As(err, &na) {
 			ids = na.IDs
+		}
+		if p.stop.stopping() {
+			p.logger.Debug("Announcing due timeouts cut short by the stop", watermill.LogFields{"count": len(ids), "error": err.Error()})
+			p.stop.release(ids, "announcement cut short by the stop")
+			return
 		}
 		retry := time.Now().Add(p.retryDelay).Before(giveUp)
 		p.logger.Error("Announcing due timeouts failed", err, watermill.LogFields{

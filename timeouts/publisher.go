@@ -1,10 +1,12 @@
 package timeouts
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/timeoutmill/timeoutmill/wire"
 )
@@ -33,6 +35,12 @@ func NewPublisher(next message.Publisher, endpoint string) (*Publisher, error) {
 	}
 	return &Publisher{next: next, timeouts: wire.TimeoutsQueue(endpoint), now: time.Now}, nil
 }
+
+// ErrUnconfirmed is returned by Publisher.Publish when delayed messages went to an in-process
+// GoChannel that closed before its subscriber confirmed them: they may not have been stored.
+// Publishing them again with the same UUIDs once the endpoint runs is safe: a timeout is stored
+// once per UUID.
+var ErrUnconfirmed = errors.New("timeouts: the in-process Pub/Sub closed before the delayed messages were confirmed stored")
 
 // PublisherDecorator returns a message.PublisherDecorator for Router.AddPublisherDecorators, so
 // that messages returned by handlers can be delayed too.
@@ -64,6 +72,10 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 		}
 		if err := p.next.Publish(p.timeouts, delayed...); err != nil {
 			return fmt.Errorf("publishing %d delayed messages for %s to %s: %w", len(delayed), topic, p.timeouts, err)
+		}
+		// A GoChannel returns without an error when it discards messages as it closes.
+		if g, ok := p.next.(*gochannel.GoChannel); ok && g.Publish(closedProbeTopic) != nil {
+			return fmt.Errorf("%w: %d messages for %s", ErrUnconfirmed, len(delayed), topic)
 		}
 	}
 	if len(direct) > 0 {

@@ -19,7 +19,7 @@ import (
 
 func TestTimeToTriggerFetchCircuitBreakerIsTheOutageWaitUnderAnotherName(t *testing.T) {
 	t.Parallel()
-	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })
 	_, err := timeouts.NewManager(timeouts.Config{
 		Endpoint: endpoint, Store: memory.New(), Publisher: pubSub, Subscriber: pubSub,
@@ -49,7 +49,7 @@ func TestTimeToTriggerFetchCircuitBreakerIsTheOutageWaitUnderAnotherName(t *test
 
 func TestRecordingFailuresFasterThanAllowedRaisesACriticalErrorAndKeepsTheMessage(t *testing.T) {
 	t.Parallel()
-	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024}, watermill.NopLogger{})
+	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })
 	store := &uncountableStore{innerStore: memory.New()}
 	rec := &criticalRecorder{}

@@ -108,7 +108,13 @@ func Destination(metadata map[string]string) (string, error) {
 }
 
 // IsRoutingHeader reports whether key is one of the headers that route a message through the
-// timeout manager; they are removed before the message is delivered to its destination.
+// timeout manager: HeaderExpire, HeaderDestination, HeaderOwner and Watermill's two delay keys.
+// They are removed before the message is delivered to its destination, which therefore never
+// sees a delay header, and a delivered message published again is not delayed again.
 func IsRoutingHeader(key string) bool {
-	return key == HeaderExpire || key == HeaderDestination || key == HeaderOwner
+	switch key {
+	case HeaderExpire, HeaderDestination, HeaderOwner, HeaderWatermillDelayedUntil, HeaderWatermillDelayedFor:
+		return true
+	}
+	return false
 }

@@ -111,7 +111,7 @@ func startEndpoint(ctx context.Context, dbPath string) (*runningEndpoint, error)
 		return nil, err
 	}
 	logger := watermill.NopLogger{}
-	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 64}, logger)
+	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 64, BlockPublishUntilSubscriberAck: true}, logger)
 	manager, err := timeouts.NewManager(timeouts.Config{
 		Endpoint:   endpoint,
 		Store:      store,

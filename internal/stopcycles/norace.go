@@ -1,0 +1,5 @@
+//go:build !race
+
+package stopcycles
+
+const raceEnabled = false

@@ -1,0 +1,220 @@
+// Package stopcycles is the graceful-stop test every transport runs: an endpoint is stopped and
+// started again many times, each stop landing in a burst of due timeouts, and the deliveries are
+// checked for loss, lease-long delays, early arrivals, critical errors and error-queue messages.
+package stopcycles
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/timeouts"
+)
+
+// Destination is the topic the scheduled messages are delivered to.
+const Destination = "stopcycles.dest"
+
+// Process is one run of the endpoint, as a process would run it: a manager on a router with a
+// handler of Destination beside it.
+type Process interface {
+	// Publisher schedules delayed messages (the manager's Publisher).
+	Publisher() message.Publisher
+	// Stop stops the process the documented way: close the router, wait for the manager's
+	// Done, then close the store and the Pub/Sub.
+	Stop() error
+	// Err is the manager's Err.
+	Err() error
+}
+
+// Recorder is handed to Start: the process calls Delivered from its Destination handler and
+// ErrorQueue for each message on the error queue; OnCriticalError goes in the manager's Config.
+type Recorder struct {
+	mu        sync.Mutex
+	delivered map[string][]time.Time
+	errored   []string
+	critical  []*critical.Error
+}
+
+// Delivered records a message delivered to Destination.
+func (r *Recorder) Delivered(msg *message.Message) {
+	r.mu.Lock()
+	r.delivered[msg.UUID] = append(r.delivered[msg.UUID], time.Now())
+	r.mu.Unlock()
+}
+
+// ErrorQueue records a message that reached the error queue.
+func (r *Recorder) ErrorQueue(msg *message.Message) {
+	r.mu.Lock()
+	r.errored = append(r.errored, msg.UUID)
+	r.mu.Unlock()
+}
+
+// OnCriticalError is the manager's Config.OnCriticalError.
+func (r *Recorder) OnCriticalError(_ context.Context, e *critical.Error) {
+	r.mu.Lock()
+	r.critical = append(r.critical, e)
+	r.mu.Unlock()
+}
+
+// Config is one run of the test.
+type Config struct {
+	// Cycles is how many times the endpoint is stopped and started again. Defaults to 20.
+	Cycles int
+	// Burst is how many timeouts fall due within ±50 ms of each stop. Defaults to 200.
+	Burst int
+	// Spread is how many more fall due over each cycle. Defaults to 50.
+	Spread int
+	// CycleLength is how long each process runs before its stop. Defaults to 600 ms.
+	CycleLength time.Duration
+	// LeaseBound is how long after it could be delivered (its due time, or the next start if it
+	// fell due while no process ran) a timeout may arrive. Defaults to 1 s, 15 s under the race
+	// detector, which slows the drain after each restart. A timeout stranded by a claim waits
+	// for the claim's lease, a minute by default: longer than the whole run, so with Start's
+	// managers on the default ClaimLease it shows as lost.
+	LeaseBound time.Duration
+	// Quiet is how long every stopped process is watched for critical errors after the last
+	// stop; set it beyond the breakers' TimeToTrigger* of the managers Start makes. Defaults to
+	// 3 s.
+	Quiet time.Duration
+	// Start starts process number cycle (0 to Cycles; the last one delivers what is left).
+	Start func(t *testing.T, cycle int, rec *Recorder) Process
+}
+
+// Result is what a run saw.
+type Result struct {
+	Scheduled, Delivered, Duplicates int
+}
+
+// Run runs the cycles and fails t on a lost, early or lease-delayed timeout, a critical error or
+// a message on the error queue. Duplicates are allowed only for timeouts due before a stop,
+// which may have been in flight at it.
+func Run(t *testing.T, cfg Config) Result {
+	t.Helper()
+	if cfg.Cycles == 0 {
+		cfg.Cycles = 20
+	}
+	if cfg.Burst == 0 {
+		cfg.Burst = 200
+	}
+	if cfg.Spread == 0 {
+		cfg.Spread = 50
+	}
+	if cfg.CycleLength == 0 {
+		cfg.CycleLength = 600 * time.Millisecond
+	}
+	if cfg.LeaseBound == 0 {
+		cfg.LeaseBound = time.Second
+		if raceEnabled {
+			cfg.LeaseBound = 15 * time.Second
+		}
+	}
+	if cfg.Quiet == 0 {
+		cfg.Quiet = 3 * time.Second
+	}
+	rec := &Recorder{delivered: map[string][]time.Time{}}
+	due := map[string]time.Time{}
+	var starts, stops, stopped []time.Time
+
+	for cycle := 0; cycle <= cfg.Cycles; cycle++ {
+		starts = append(starts, time.Now())
+		p := cfg.Start(t, cycle, rec)
+		if cycle == cfg.Cycles {
+			waitForAll(t, rec, due, 30*time.Second)
+			require.NoError(t, p.Stop())
+			require.NoError(t, p.Err(), "the last process raised a critical error")
+			break
+		}
+		stopAt := time.Now().Add(cfg.CycleLength)
+		var msgs []*message.Message
+		for i := range cfg.Burst + cfg.Spread {
+			at := stopAt.Add(time.Duration(i%101-50) * time.Millisecond) // within ±50 ms of the stop
+			if i >= cfg.Burst {
+				at = time.Now().Add(time.Duration(i-cfg.Burst) * cfg.CycleLength / time.Duration(cfg.Spread))
+			}
+			msg := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf("cycle %d #%d", cycle, i)))
+			timeouts.DeliverAt(msg, at)
+			due[msg.UUID] = at
+			msgs = append(msgs, msg)
+		}
+		for start := 0; start < len(msgs); start += 50 {
+			require.NoError(t, p.Publisher().Publish(Destination, msgs[start:min(start+50, len(msgs))]...))
+		}
+		time.Sleep(time.Until(stopAt))
+		stops = append(stops, time.Now())
+		require.NoError(t, p.Stop(), "stop %d", cycle)
+		stopped = append(stopped, time.Now())
+		require.NoError(t, p.Err(), "process %d raised a critical error before its stop ended", cycle)
+	}
+	time.Sleep(time.Until(stops[len(stops)-1].Add(cfg.Quiet)))
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Empty(t, rec.critical, "critical errors raised by stopped managers")
+	require.Empty(t, rec.errored, "messages sent to the error queue by a stop")
+
+	res := Result{Scheduled: len(due)}
+	var late []string
+	for id, at := range due {
+		got := rec.delivered[id]
+		require.NotEmpty(t, got, "timeout %s (due %s) lost", id, at.Format(time.RFC3339Nano))
+		res.Delivered++
+		sort.Slice(got, func(i, j int) bool { return got[i].Before(got[j]) })
+		require.False(t, got[0].Before(at), "timeout %s delivered %s early", id, at.Sub(got[0]))
+		// It may wait for the next start, if it fell due while no process ran, but no longer.
+		ready := at
+		for i, stop := range stops {
+			if !at.Before(stop) && at.Before(starts[i+1]) {
+				ready = starts[i+1]
+			}
+		}
+		if got[0].Sub(ready) > cfg.LeaseBound && len(late) < 10 {
+			late = append(late, fmt.Sprintf("%s %s after it could be delivered", id, got[0].Sub(ready)))
+		}
+		if len(got) > 1 {
+			// Only a forward in flight at a stop may be delivered again after it.
+			res.Duplicates += len(got) - 1
+			require.True(t, stopBetween(stops, stopped, got[0], got[len(got)-1]), "timeout %s delivered twice with no stop between: %v", id, got)
+		}
+	}
+	require.Empty(t, late, "timeouts that waited beyond a restart (the first 10)")
+	t.Logf("%d timeouts over %d stops: %d delivered, %d duplicates", res.Scheduled, cfg.Cycles, res.Delivered, res.Duplicates)
+	return res
+}
+
+// stopBetween reports whether a stop, from its beginning to its end, overlaps first..last.
+func stopBetween(stops, stopped []time.Time, first, last time.Time) bool {
+	for i := range stops {
+		if !stopped[i].Before(first) && !stops[i].After(last) {
+			return true
+		}
+	}
+	return false
+}
+
+// waitForAll waits until every scheduled timeout was delivered at least once, or within passes.
+func waitForAll(t *testing.T, rec *Recorder, due map[string]time.Time, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		rec.mu.Lock()
+		missing := 0
+		for id := range due {
+			if len(rec.delivered[id]) == 0 {
+				missing++
+			}
+		}
+		rec.mu.Unlock()
+		if missing == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,234 @@
+package timeouts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	"github.com/timeoutmill/timeoutmill/persistence"
+)
+
+// lifecycle is a manager's stop: when it begins, which failures are its doing rather than the
+// store's or the broker's, and what the manager gives back to the store when it ends.
+//
+// The stop begins when the router starts closing (it closes the manager's subscriptions first)
+// or when its context is cancelled, whichever comes first. From then on the poller claims
+// nothing more, the breakers are stopped for good, and a forward or announcement that fails is
+// not counted against the timeout: it is left in the store, and given back (Release) at once
+// where it would otherwise wait for its lease.
+type lifecycle struct {
+	store  persistence.Store
+	logger watermill.LoggerAdapter
+	// goChannel is the Publisher when it is Watermill's in-process GoChannel. Its messages live
+	// only as long as the process: an announcement or forward on it that a stop cuts short
+	// may be discarded without an error, so the manager keeps track of every id it claimed
+	// until its dispatch satellite has settled it, and gives back the others when it stops.
+	goChannel *gochannel.GoChannel
+
+	begun   chan struct{}
+	once    sync.Once
+	onBegin func() // stops the breakers; set before the manager starts
+
+	mu     sync.Mutex
+	ctx    context.Context      // the poller's context, once it runs
+	cancel context.CancelFunc   // cancels ctx
+	claims map[string]time.Time // GoChannel only: ids claimed and not settled, by lease end
+	pruned time.Time
+}
+
+func newLifecycle(store persistence.Store, publisher message.Publisher, logger watermill.LoggerAdapter) *lifecycle {
+	l := &lifecycle{store: store, logger: logger, begun: make(chan struct{})}
+	if g, ok := publisher.(*gochannel.GoChannel); ok {
+		l.goChannel = g
+		l.claims = map[string]time.Time{}
+	}
+	return l
+}
+
+// errGoChannelAcks is why NewManager refuses a GoChannel that does not wait for its subscribers.
+var errGoChannelAcks = errors.New("Publisher is a GoChannel without BlockPublishUntilSubscriberAck: " +
+	"its Publish returns before any subscriber has the message, and a message it discards when it " +
+	"closes would count as delivered and its timeout be removed; create it with " +
+	"gochannel.Config{BlockPublishUntilSubscriberAck: true}")
+
+// checkGoChannel refuses a GoChannel publisher whose Publish does not wait for the subscribers'
+// acks: only with it does a forward that returned mean a subscriber has the message.
+func checkGoChannel(p message.Publisher) error {
+	g, ok := p.(*gochannel.GoChannel)
+	if !ok {
+		return nil
+	}
+	// GoChannel keeps its Config unexported; reading a field is all reflection allows here.
+	cfg := reflect.ValueOf(g).Elem().FieldByName("config")
+	if !cfg.IsValid() {
+		return fmt.Errorf("cannot tell whether the GoChannel Publisher waits for its subscribers' acks")
+	}
+	if f := cfg.FieldByName("BlockPublishUntilSubscriberAck"); !f.IsValid() || f.Kind() != reflect.Bool || !f.Bool() {
+		return errGoChannelAcks
+	}
+	return nil
+}
+
+// running returns the poller's context: ctx, the router's subscription context, which the stop
+// cancels when it begins first; its cancellation begins the stop.
+func (l *lifecycle) running(ctx context.Context) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	l.mu.Lock()
+	l.ctx, l.cancel = ctx, cancel
+	l.mu.Unlock()
+	context.AfterFunc(ctx, l.begin)
+	select {
+	case <-l.begun:
+		cancel() // the router closed before the poller started
+	default:
+	}
+	return ctx
+}
+
+// begin begins the stop, once: the poller claims nothing more and the breakers stop for good.
+func (l *lifecycle) begin() {
+	l.once.Do(func() {
+		close(l.begun)
+		l.mu.Lock()
+		cancel := l.cancel
+		l.mu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+		if l.onBegin != nil {
+			l.onBegin()
+		}
+	})
+}
+
+// stopping reports whether the stop has begun. It never blocks.
+func (l *lifecycle) stopping() bool {
+	select {
+	case <-l.begun:
+		return true
+	default:
+	}
+	l.mu.Lock()
+	ctx := l.ctx
+	l.mu.Unlock()
+	if ctx != nil && ctx.Err() != nil {
+		return true // the AfterFunc may not have run yet
+	}
+	// A GoChannel closed by a handler of its own router, or by its owner: Publish refuses even
+	// an empty batch once it is closed.
+	return l.goChannel != nil && l.goChannel.Publish(closedProbeTopic) != nil
+}
+
+// closedProbeTopic is published to with no messages, to ask a GoChannel whether it is closed.
+const closedProbeTopic = "timeoutmill.closed-probe"
+
+// interrupted reports whether a forward or announcement that returned without an error may still
+// not have reached its subscriber: on a GoChannel, once the stop has begun.
+func (l *lifecycle) interrupted() bool { return l.goChannel != nil && l.stopping() }
+
+// claimed records ids claimed until until, on a GoChannel.
+func (l *lifecycle) claimed(ids []string, until time.Time) {
+	if l.claims == nil {
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range ids {
+		l.claims[id] = until
+	}
+	// An id whose announcement was lost without an error is claimed again by a poller when its
+	// lease ends; forget it then, so the map holds at most a lease's worth of such ids.
+	if now.Sub(l.pruned) > time.Minute {
+		l.pruned = now
+		for id, end := range l.claims {
+			if end.Before(now) {
+				delete(l.claims, id)
+			}
+		}
+	}
+}
+
+// settled records that the dispatch satellite is done with id: delivered and removed, gone
+// already, or moved to the error queue.
+func (l *lifecycle) settled(id string) {
+	if l.claims == nil {
+		return
+	}
+	l.mu.Lock()
+	delete(l.claims, id)
+	l.mu.Unlock()
+}
+
+// unsettled returns the ids claimed on a GoChannel whose lease still runs and that the dispatch
+// satellite did not settle.
+func (l *lifecycle) unsettled() []string {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ids []string
+	for id, end := range l.claims {
+		if end.After(now) {
+			ids = append(ids, id)
+		}
+	}
+	clear(l.claims)
+	return ids
+}
+
+// releaseTimeout bounds giving claimed timeouts back at the stop.
+const releaseTimeout = 30 * time.Second
+
+// release gives claimed ids back to the store, so that the next poller claims them at once
+// rather than when their lease runs out. A store that cannot (not a persistence.Releaser) keeps
+// them until then.
+func (l *lifecycle) release(ids []string, why string) {
+	if len(ids) == 0 {
+		return
+	}
+	fields := watermill.LogFields{"count": len(ids), "reason": why}
+	r, ok := l.store.(persistence.Releaser)
+	if !ok {
+		l.logger.Info("Claimed timeouts not delivered before the stop wait for their lease (the store cannot release them)", fields)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	n, err := r.Release(ctx, ids)
+	if err != nil {
+		l.logger.Error("Releasing claimed timeouts at the stop failed; they wait for their lease", err, fields)
+		return
+	}
+	fields["released"] = n
+	l.logger.Info("Released claimed timeouts not delivered before the stop", fields)
+}
+
+// managedSubscriber is the Subscriber the manager's handlers subscribe with. Its Close, which the
+// router calls the moment it starts closing, begins the manager's stop before the subscriber
+// itself is closed; the store satellite's Subscribe starts the poller.
+type managedSubscriber struct {
+	message.Subscriber
+	m            *Manager
+	startsPoller bool
+}
+
+func (s *managedSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	ch, err := s.Subscriber.Subscribe(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	s.m.startPoller(ctx, s.startsPoller)
+	return ch, nil
+}
+
+func (s *managedSubscriber) Close() error {
+	s.m.stop.begin()
+	return s.Subscriber.Close()
+}

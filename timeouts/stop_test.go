@@ -1,0 +1,105 @@
+package timeouts_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/stretchr/testify/require"
+
+	"github.com/timeoutmill/timeoutmill/internal/stopcycles"
+	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/persistence/memory"
+	"github.com/timeoutmill/timeoutmill/persistence/sqlite"
+	"github.com/timeoutmill/timeoutmill/timeouts"
+	"github.com/timeoutmill/timeoutmill/wire"
+)
+
+// goChannelProcess is the quick start's set-up: one GoChannel carries the manager's queues and
+// the destination, whose handler shares the manager's router.
+type goChannelProcess struct {
+	pubSub  *gochannel.GoChannel
+	store   persistence.Store
+	closeDB bool
+	manager *timeouts.Manager
+	router  *message.Router
+	ran     chan error
+}
+
+func (p *goChannelProcess) Publisher() message.Publisher { return p.manager.Publisher() }
+func (p *goChannelProcess) Err() error                   { return p.manager.Err() }
+
+func (p *goChannelProcess) Stop() error {
+	if err := p.router.Close(); err != nil {
+		return err
+	}
+	if err := <-p.ran; err != nil {
+		return err
+	}
+	<-p.manager.Done()
+	if p.closeDB {
+		if err := p.store.Close(); err != nil {
+			return err
+		}
+	}
+	return p.pubSub.Close()
+}
+
+func startGoChannelProcess(t *testing.T, store persistence.Store, closeDB bool, rec *stopcycles.Recorder) stopcycles.Process {
+	t.Helper()
+	logger := watermill.NopLogger{}
+	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
+	manager, err := timeouts.NewManager(timeouts.Config{
+		Endpoint:   endpoint,
+		Store:      store,
+		Publisher:  pubSub,
+		Subscriber: pubSub,
+		// Short breakers, so that one armed by a stop would trip while the test watches.
+		TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages: time.Second,
+		TimeToTriggerStoreCircuitBreaker:                        time.Second,
+		TimeToTriggerDispatchCircuitBreaker:                     time.Second,
+		OnCriticalError:                                         rec.OnCriticalError,
+	}, logger)
+	require.NoError(t, err)
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, logger)
+	require.NoError(t, err)
+	require.NoError(t, manager.AddToRouter(router))
+	router.AddConsumerHandler("destination", stopcycles.Destination, pubSub, func(msg *message.Message) error {
+		rec.Delivered(msg)
+		return nil
+	})
+	router.AddConsumerHandler("error-queue", wire.DefaultErrorQueue, pubSub, func(msg *message.Message) error {
+		rec.ErrorQueue(msg)
+		return nil
+	})
+	p := &goChannelProcess{pubSub: pubSub, store: store, closeDB: closeDB, manager: manager, router: router, ran: make(chan error, 1)}
+	go func() { p.ran <- router.Run(context.Background()) }()
+	<-router.Running()
+	return p
+}
+
+func TestGracefulStopsOnGoChannelAndMemoryLoseNothing(t *testing.T) {
+	t.Parallel()
+	store := memory.New() // outlives each process, as a database would
+	stopcycles.Run(t, stopcycles.Config{
+		Start: func(t *testing.T, _ int, rec *stopcycles.Recorder) stopcycles.Process {
+			return startGoChannelProcess(t, store, false, rec)
+		},
+	})
+}
+
+func TestGracefulStopsOnGoChannelAndSQLiteLoseNothing(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "timeouts.db")
+	stopcycles.Run(t, stopcycles.Config{
+		Start: func(t *testing.T, _ int, rec *stopcycles.Recorder) stopcycles.Process {
+			store, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Endpoint: endpoint})
+			require.NoError(t, err)
+			return startGoChannelProcess(t, store, true, rec)
+		},
+	})
+}
