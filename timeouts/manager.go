@@ -297,4 +297,3 @@ func (m *Manager) raise(e *critical.Error) {
 		}()
 	}
 }
-
