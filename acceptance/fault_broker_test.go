@@ -52,7 +52,7 @@ func TestFaultBrokerRestartUnderLoad(t *testing.T) {
 	require.NoError(t, <-sent)
 
 	// The dispatch breaker's wait is 30 s: a broker away longer than that is a critical error by
-	// design, which a slow restart on a loaded machine reaches (a CI run saw stop 9 s + start 27 s).
+	// design, which a slow restart on a loaded machine can reach.
 	// The service then exits non-zero and, as a supervisor would, the test starts it again on the
 	// same store: the timeouts it had claimed are delivered by the new process, so still none lost.
 	var restartedSvc *service

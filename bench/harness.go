@@ -159,7 +159,8 @@ func (w workload) backlog(ctx context.Context, n int) Result {
 		r.Notes = append(r.Notes, "published only after due: drain includes publishing")
 	}
 
-	// The slowest mechanism here drains a few hundred a second; give it that, and the grace.
+	// Wait as long as draining n at 200 a second takes, slower than any mechanism here drains,
+	// and then the grace.
 	w.finish(ctx, c, &r, due.Add(w.plan.Grace+time.Duration(float64(n)/200*float64(time.Second))))
 	t := c.tally()
 	if t.unique > 0 && t.last.After(due) {

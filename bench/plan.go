@@ -45,9 +45,8 @@ type Plan struct {
 	// Runs is how many times each backlog and each ceiling runs. Its row is the run with the
 	// median drain rate, with the early, lost and duplicated messages of every run, and a note
 	// listing each run's rate. A ratio target divides two such medians: one run cannot decide
-	// one, as the watermill-sql peer's drain depends on where its once-a-second poll falls
-	// (4,300–25,600/s over the single runs of one day) and the broker's round trip moved by a
-	// third between runs minutes apart.
+	// one, as the watermill-sql peer's drain depends on where its once-a-second poll falls, and
+	// the broker's round trip varies between runs minutes apart.
 	Runs int
 
 	// Grace is how long a workload waits for the last messages after they were due before it

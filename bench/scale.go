@@ -43,9 +43,9 @@ const (
 	scaleClaimBatch = timeouts.DefaultClaimBatchSize
 	scaleWarmUp     = 2
 	scaleClaims     = 20
-	// scaleRounds rounds of Plan.ScaleStores/scaleRounds delayed messages measure the store rate.
-	// Rounds of 3,000 (0.6 s) read from −8 % to +21 % between the two stores with no change in
-	// the code; rounds of 6,000 take the median of five.
+	// scaleRounds rounds of Plan.ScaleStores/scaleRounds delayed messages measure the store rate,
+	// and the median round counts: shorter rounds, or fewer, differed widely between the two
+	// stores with no change in the code.
 	scaleRounds = 5
 )
 

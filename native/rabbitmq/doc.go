@@ -53,11 +53,11 @@
 // routes it through the topic exchanges from that level down to the delivery exchange, on a
 // 29-word key. On RabbitMQ 3.10 that routing is most of the broker's work when many messages fall
 // due together, and each quorum level queue has one dead-letter worker process, which routes the
-// messages leaving that level one after another. Measured on 2 busy cores, a backlog of 20,000
-// due at one instant (1 to 4 dead-letterings each) drained at 0.15–0.7× the rate of one quorum
-// queue dead-lettering straight to the destination through the default exchange, and at
-// 0.2–0.7× that of two such queues in a row. Classic level queues dead-letter with the same
-// routing and were not faster there; they only give up the at-least-once move between levels.
+// messages leaving that level one after another. A backlog due at one instant therefore drains
+// well below the rate of one quorum queue dead-lettering straight to the destination through the
+// default exchange, and below that of two such queues in a row (make bench measures both beside
+// it). Classic level queues dead-letter with the same routing and are not faster; they only give
+// up the at-least-once move between levels.
 //
 // # Never a silent drop
 //

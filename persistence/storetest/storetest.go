@@ -112,8 +112,7 @@ func mustStore(ctx context.Context, t *testing.T, store persistence.Store, ts ..
 }
 
 // storeConcurrently stores n timeouts made by build(i) from workers goroutines, so that backends
-// that commit once per Store (about 1,600 commits/s per connection on a SQL server) fill up in
-// seconds.
+// that commit once per Store, each commit a wait for the server's disk, fill up in seconds.
 func storeConcurrently(ctx context.Context, t *testing.T, store persistence.Store, n, workers int, build func(i int) persistence.Timeout) {
 	t.Helper()
 	var (

@@ -68,11 +68,10 @@ type Config struct {
 
 	// TransientAnnouncements publishes the poller's announcements of due timeout ids (the
 	// messages of E.TimeoutsDispatcher, see dispatcherqueue.IsAnnouncement) as transient
-	// messages, which the broker confirms without writing them to disk first: 3 to 10 times
-	// sooner than persistent ones on the benchmark's machine, and less disk work on one of the
-	// three broker hops of every delayed message: five interleaved runs each of the benchmark's
-	// RabbitMQ + PostgreSQL backlog (20,000 due at once) drained at a median of 4,297/s with
-	// transient announcements and 3,720/s with persistent ones. An announcement is only a hint:
+	// messages, which the broker confirms without writing them to disk first: sooner than
+	// persistent ones, and less disk work on one of the three broker hops of every delayed
+	// message, so a backlog drains faster (make bench's RabbitMQ + PostgreSQL backlog shows it).
+	// An announcement is only a hint:
 	// the store keeps the timeout, and an announcement lost with a broker restart is made again
 	// when the claim's lease runs out (timeouts.Config.ClaimLease, 1 min by default), so such a
 	// timeout can then be late by up to the lease, never lost nor early. Defaults to false:

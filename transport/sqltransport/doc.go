@@ -45,11 +45,11 @@
 // competing consumers take turns rather than share the work; rows are kept after they were read,
 // so tables only grow; and its PostgreSQL schema hides every row newer than the oldest
 // transaction running anywhere on the server (pg_snapshot_xmin), which a consumer holding its
-// batch open while handlers run is, so one slow handler delays every queue. Measured on v4.0.0:
+// batch open while handlers run is, so one slow handler delays every queue. Tried on v4.0.0:
 // two subscribers of one group handled at most one message at a time between them; a message
-// published to another topic arrived 3 s late while a handler held a message for 3 s; all rows
-// stayed in the table after they were consumed; and a uuid longer than 36 characters cannot be
-// published (VARCHAR(36)), which a producer that is not Watermill may well send.
+// published to another topic waited for as long as a handler held a message; all rows stayed in
+// the table after they were consumed; and a uuid longer than 36 characters cannot be published
+// (VARCHAR(36)), which a producer that is not Watermill may well send.
 //
 // # Polling
 //
@@ -62,23 +62,16 @@
 // backlog is still taken by all of them side by side. Rows written by other processes are found
 // by polling. The poll is the topic's, not each consumer's: every PollInterval it wakes the
 // consumer asleep the longest, so a topic costs one look an interval however many consumers sleep
-// on it (8 idle consumers asked 8 times as often before). A polling consumer's look is one short
+// on it. A polling consumer's look is one short
 // statement (is anything waiting?); the transaction that takes rows follows only when something
 // is. A due timeout crosses two queues (TimeoutsDispatcher, then its destination), each of which
 // may make it wait up to one interval when the producer is in another process, so it then
-// arrives on average about one interval late, at worst two, plus the work. Measured with a
-// steady stream of delayed messages on PostgreSQL, before the wake-ups
-// (acceptance/sql_measure_test.go, on a busy two-core machine):
-//
-//	PollInterval  lateness p50  p99      idle cost per instance (2 queues, 1 consumer each)
-//	50 ms         ~60 ms        ~250 ms  ~40 transactions/s
-//	100 ms        ~130 ms       ~300 ms  ~20 transactions/s
-//	250 ms        ~280 ms       ~650 ms  ~8 transactions/s
-//	1 s           ~1.0 s        ~2.0 s   ~2 transactions/s
-//
-// 100 ms costs little and keeps delayed delivery within a few tenths of a second; 1 s,
-// watermill-sql's own default, makes it a second late. A queue with a backlog is read without
-// waiting: a consumer looks again at once after a batch.
+// arrives on average about one interval late, at worst two, plus the work; an idle instance
+// (two queues) makes two short looks an interval. A shorter interval buys lateness with idle
+// load, in proportion: 100 ms costs little and keeps delayed delivery within a few tenths of a
+// second; 1 s, watermill-sql's own default, makes it a second late.
+// acceptance/sql_measure_test.go measures both for several intervals. A queue with a backlog is
+// read without waiting: a consumer looks again at once after a batch.
 //
 // # Exactly once
 //

@@ -11,15 +11,15 @@ import (
 // Subscriber one, and Publisher.NewSubscriber shares the Publisher's); others find the rows at
 // the next poll.
 //
-// A commit wakes one sleeping consumer, not all of them: with Consumers = 8, waking every
-// consumer at every publish cost a trickle of messages some 30 statements a message (each woken
-// consumer asked whether anything waits, began a transaction, found the row taken by the first
-// and rolled back), 5,800 statements a second for 200 messages a second. Several consumers still
-// drain a backlog side by side: a consumer that takes a full batch wakes the next (see take).
+// A commit wakes one sleeping consumer, not all of them: waking every consumer at every publish
+// would cost a trickle of messages several statements a message per consumer (each woken
+// consumer asks whether anything waits, begins a transaction, finds the row taken by the first
+// and rolls back). Several consumers still drain a backlog side by side: a consumer that takes a
+// full batch wakes the next (see take).
 //
 // The poll is the topic's, not each consumer's: while consumers sleep on a topic, one timer
-// wakes the one asleep the longest every PollInterval, and that one asks the table. Eight idle
-// consumers on a topic so ask as often as one did (10 times a second at 100 ms, not 80).
+// wakes the one asleep the longest every PollInterval, and that one asks the table. Idle
+// consumers on a topic so ask as often as one would, however many there are.
 type wakeups struct {
 	mu     sync.Mutex
 	topics map[string]*topicWakeups

@@ -161,9 +161,9 @@ func untilAsleep(t *testing.T, sub *Subscriber, consumers int) {
 }
 
 // TestOnePublishWakesOneConsumer: with eight idle consumers, each message published makes one of
-// them take it, in one transaction. Woken all at once, each began a transaction and most rolled
-// back empty-handed: some 8.6 transactions a message. And a consumer that took less than a full
-// batch sleeps rather than look again and find nothing: 2 a message.
+// them take it, in one transaction. Woken all at once, each would begin a transaction and most
+// would roll back empty-handed. And a consumer that took less than a full batch sleeps rather
+// than look again and find nothing.
 func TestOnePublishWakesOneConsumer(t *testing.T) {
 	t.Parallel()
 	const messages = 20
@@ -190,9 +190,8 @@ func TestOnePublishWakesOneConsumer(t *testing.T) {
 }
 
 // TestAnIdleTopicIsPolledOnceAnInterval: eight idle consumers on a topic ask the database as
-// often as one would, once a PollInterval; each polling on its own timer asked eight times as
-// often. A row another process writes (no wake-up reaches the consumers) is still found by the
-// poll.
+// often as one would, once a PollInterval, not once each. A row another process writes (no
+// wake-up reaches the consumers) is still found by the poll.
 func TestAnIdleTopicIsPolledOnceAnInterval(t *testing.T) {
 	t.Parallel()
 	forEachDialect(t, func(t *testing.T, db database) {
