@@ -4,6 +4,7 @@
 // is stored, and is forwarded unchanged to its topic when due — after a restart too, with a
 // durable store.
 //
+//	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
 //	manager, err := timeouts.NewManager(timeouts.Config{
 //		Endpoint:   "orders",
 //		Store:      store, // persistence/sqlite, postgres, mysql, sqlserver or memory
@@ -12,8 +13,22 @@
 //	}, logger)
 //	_ = manager.AddToRouter(router)
 //	go router.Run(ctx)
+//	<-router.Running() // GoChannel drops what is published before anyone subscribes
 //
 //	msg := message.NewMessage(watermill.NewUUID(), payload)
 //	timeouts.DeliverAfter(msg, 30*time.Second)
 //	err = manager.Publisher().Publish("payments.timeout", msg)
+//
+// # Stopping
+//
+// Close the router, wait for Done, then close the store and the Pub/Sub:
+//
+//	_ = router.Close()
+//	<-manager.Done()
+//	_ = store.Close()
+//
+// The router's Close begins the manager's stop: the poller claims nothing more, forwards already
+// started finish, and what the stop cuts short (an announcement, a forward on a GoChannel that
+// closed under it) is not counted as a failed attempt and is left in the store, claimable at once
+// by the next start (see persistence.Releaser). A stopped manager raises no critical error.
 package timeouts

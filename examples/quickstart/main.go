@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -167,6 +168,6 @@ func (e *runningEndpoint) stop() error {
 	if err := <-e.routerDone; err != nil {
 		return err
 	}
-	<-e.manager.Done() // the poller announced what it claimed
-	return e.store.Close()
+	<-e.manager.Done() // what the stop cut short is back in the store, claimable at once
+	return errors.Join(e.store.Close(), e.pubSub.Close())
 }

@@ -179,7 +179,7 @@ func run(ctx context.Context, out io.Writer, dsn string) (err error) {
 	if err := <-stopped; err != nil {
 		return fmt.Errorf("router: %w", err)
 	}
-	<-manager.Done() // the poller announced what it claimed, before the deferred Closes
+	<-manager.Done() // the manager finished or released its work in flight, before the deferred Closes
 	if err := manager.Err(); err != nil {
 		return err
 	}
