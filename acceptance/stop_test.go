@@ -1,0 +1,92 @@
+package acceptance
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/timeoutmill/timeoutmill/internal/stopcycles"
+	"github.com/timeoutmill/timeoutmill/internal/testenv"
+	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/persistence/postgres"
+	"github.com/timeoutmill/timeoutmill/timeouts"
+	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
+)
+
+// amqpProcess is a process on RabbitMQ and PostgreSQL whose router runs the timeout manager and
+// the destination's handler on one subscriber, as the GoChannel quick start does.
+type amqpProcess struct {
+	pub     *amqptransport.Publisher
+	sub     *amqptransport.Subscriber
+	store   persistence.Store
+	manager *timeouts.Manager
+	router  *message.Router
+	ran     chan error
+}
+
+func (p *amqpProcess) Publisher() message.Publisher { return p.manager.Publisher() }
+func (p *amqpProcess) Err() error                   { return p.manager.Err() }
+
+func (p *amqpProcess) Stop() error {
+	if err := p.router.Close(); err != nil {
+		return err
+	}
+	if err := <-p.ran; err != nil {
+		return err
+	}
+	<-p.manager.Done()
+	return errors.Join(p.store.Close(), p.sub.Close(), p.pub.Close())
+}
+
+func TestGracefulStopsOnRabbitMQAndPostgreSQLLoseNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "stops")
+	dsn, schema := testenv.PostgresSchema(t)
+	dest := e.queue("dest")
+	stopcycles.Run(t, stopcycles.Config{
+		Destination: dest,
+		// RabbitMQ and PostgreSQL under the race detector drain slower than GoChannel: a longer
+		// cycle keeps the load below the drain rate, so lateness measures the stops.
+		CycleLength: 2 * time.Second,
+		Start: func(t *testing.T, cycle int, rec *stopcycles.Recorder) stopcycles.Process {
+			logger := testLogger()
+			store, err := postgres.Open(context.Background(), postgres.Config{DSN: dsn, Schema: schema, Endpoint: e.endpoint})
+			require.NoError(t, err)
+			pub, sub, err := amqptransport.New(e.config("stops"), logger)
+			require.NoError(t, err)
+			require.NoError(t, pub.DeclareEndpoint(context.Background(), e.endpoint, e.errorQueue))
+			manager, err := timeouts.NewManager(timeouts.Config{
+				Endpoint:   e.endpoint,
+				Store:      store,
+				Publisher:  pub,
+				Subscriber: sub,
+				ErrorQueue: e.errorQueue,
+				// Short breakers, so that one armed by a stop would trip while the test watches.
+				TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages: time.Second,
+				TimeToTriggerStoreCircuitBreaker:                        time.Second,
+				TimeToTriggerDispatchCircuitBreaker:                     time.Second,
+				OnCriticalError:                                         rec.OnCriticalError,
+			}, logger)
+			require.NoError(t, err)
+			router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 15 * time.Second}, logger)
+			require.NoError(t, err)
+			require.NoError(t, manager.AddToRouter(router))
+			router.AddConsumerHandler("destination", dest, sub, func(msg *message.Message) error {
+				rec.Delivered(msg)
+				return nil
+			})
+			router.AddConsumerHandler("error-queue", e.errorQueue, sub, func(msg *message.Message) error {
+				rec.ErrorQueue(msg)
+				return nil
+			})
+			p := &amqpProcess{pub: pub, sub: sub, store: store, manager: manager, router: router, ran: make(chan error, 1)}
+			go func() { p.ran <- router.Run(context.Background()) }()
+			<-router.Running()
+			return p
+		},
+	})
+}
