@@ -135,3 +135,16 @@ func TestBreakerConfigValidate(t *testing.T) {
 	require.ErrorIs(t, err, critical.ErrInvalidConfig)
 	require.ErrorContains(t, err, "TimeToWait must be positive")
 }
+
+func TestStoppedBreakerIsNeverArmedAgain(t *testing.T) {
+	t.Parallel()
+	b, rec := newBreaker(t, 50*time.Millisecond)
+	b.Failure(context.Background(), errors.New("store down"))
+	b.Stop()
+	start := time.Now()
+	b.Failure(context.Background(), errors.New("failed because the endpoint stopped"))
+	require.Less(t, time.Since(start), 10*time.Millisecond, "a stopped breaker holds nobody back")
+	require.False(t, b.Armed())
+	time.Sleep(200 * time.Millisecond)
+	require.Empty(t, rec.all(), "a stopped breaker raises nothing")
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -275,4 +276,34 @@ func (l *tripLog) all() []*critical.Error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]*critical.Error(nil), l.errs...)
+}
+
+func TestForwardFailingDuringTheStopIsNotAnAttempt(t *testing.T) {
+	t.Parallel()
+	var stopping atomic.Bool
+	b := setupDispatch(t, func(c *satellites.DispatchConfig) { c.Stopping = stopping.Load })
+	b.published.refuse("payments")
+	timeout := b.storeDue(t, "payments")
+
+	stopping.Store(true)
+	for range 3 { // NumberOfRetries is 0: a counted attempt would send it to the error queue
+		err := b.dispatch.Handle(dispatcherqueue.NewMessage(timeout.ID))
+		require.ErrorIs(t, err, context.Canceled, "nacked, and not logged as a failure by the router")
+	}
+	require.Empty(t, b.published.to(wire.DefaultErrorQueue))
+	kept, err := b.store.Peek(context.Background(), timeout.ID)
+	require.NoError(t, err, "the timeout stays for the next start")
+	require.Zero(t, kept.FailureCount, "no attempt counted")
+}
+
+func TestForwardThatMayHaveBeenDiscardedKeepsItsTimeout(t *testing.T) {
+	t.Parallel()
+	b := setupDispatch(t, func(c *satellites.DispatchConfig) { c.Interrupted = func() bool { return true } })
+	timeout := b.storeDue(t, "payments")
+
+	err := b.dispatch.Handle(dispatcherqueue.NewMessage(timeout.ID))
+	require.ErrorIs(t, err, context.Canceled)
+	require.Len(t, b.published.to("payments"), 1, "it was published")
+	_, err = b.store.Peek(context.Background(), timeout.ID)
+	require.NoError(t, err, "but not removed: the Pub/Sub may have discarded it")
 }

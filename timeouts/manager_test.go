@@ -243,6 +243,9 @@ func TestWatermillDelayMessageIsHonouredAndNeverEarly(t *testing.T) {
 	got := await(t, delivered, 10*time.Second)
 	require.False(t, got.at.Before(intended), "Watermill's truncated key must not make us early")
 	require.Less(t, got.at.Sub(intended), 2*time.Second)
+	for _, h := range []string{wire.HeaderWatermillDelayedUntil, wire.HeaderWatermillDelayedFor, wire.HeaderExpire, wire.HeaderDestination} {
+		require.NotContains(t, got.msg.Metadata, h, "a delivered message carries no delay header")
+	}
 }
 
 func TestRedeliveredTimeoutsMessageMakesOneTimeout(t *testing.T) {

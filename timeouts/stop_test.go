@@ -103,3 +103,29 @@ func TestGracefulStopsOnGoChannelAndSQLiteLoseNothing(t *testing.T) {
 		},
 	})
 }
+
+func TestGoChannelThatDoesNotWaitForAcksIsRefused(t *testing.T) {
+	t.Parallel()
+	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	defer pubSub.Close()
+	_, err := timeouts.NewManager(timeouts.Config{Endpoint: endpoint, Store: memory.New(), Publisher: pubSub, Subscriber: pubSub}, nil)
+	require.ErrorIs(t, err, timeouts.ErrInvalidConfig)
+	require.ErrorContains(t, err, "BlockPublishUntilSubscriberAck")
+}
+
+func TestDelayedPublishCutShortByAClosingGoChannelIsAnError(t *testing.T) {
+	t.Parallel()
+	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	_, err := pubSub.Subscribe(context.Background(), wire.TimeoutsQueue(endpoint)) // never acks
+	require.NoError(t, err)
+	pub, err := timeouts.NewPublisher(pubSub, endpoint)
+	require.NoError(t, err)
+
+	msg := message.NewMessage(watermill.NewUUID(), nil)
+	timeouts.DeliverAfter(msg, time.Minute)
+	published := make(chan error, 1)
+	go func() { published <- pub.Publish("dest", msg) }()
+	time.Sleep(100 * time.Millisecond) // waiting for the ack
+	require.NoError(t, pubSub.Close())
+	require.ErrorIs(t, <-published, timeouts.ErrUnconfirmed, "not a silent success")
+}
