@@ -95,6 +95,28 @@ type Store interface {
 	Close() error
 }
 
+// BatchStore is an optional interface that may be implemented by a [Store]: it stores, looks up
+// and removes many timeouts in one round trip each.
+//
+// With one, the timeout manager handles the messages it is handling at the same moment together:
+// it stores delayed messages with one StoreMany, and dispatches due timeouts with one PeekMany,
+// one publish per destination and one RemoveMany. If a Store does not implement BatchStore, the
+// manager falls back to Store, Peek and Remove, once per timeout. Every backend of this module
+// implements it.
+type BatchStore interface {
+	// StoreMany keeps the timeouts (distinct ids), each as Store would, and returns the ids it
+	// inserted; the others were stored already. When it fails, for any reason (one invalid
+	// timeout among them, say), the manager stores each alone, as Store would.
+	StoreMany(ctx context.Context, ts []Timeout) ([]string, error)
+	// PeekMany returns the stored timeouts among ids, claimed or not, in any order; ids not
+	// stored are left out. When it fails, for any reason (ErrCorruptMetadata for one unreadable
+	// timeout among them, say), the manager looks up each id alone, as Peek would.
+	PeekMany(ctx context.Context, ids []string) ([]Timeout, error)
+	// RemoveMany deletes the timeouts with those ids and returns the ids it deleted; the others
+	// were gone already.
+	RemoveMany(ctx context.Context, ids []string) ([]string, error)
+}
+
 // Releaser is an optional interface that may be implemented by a [Store]: it gives claimed
 // timeouts back before their lease runs out.
 //

@@ -1,6 +1,7 @@
 package timeouts
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -8,11 +9,25 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/internal/critical"
 	"github.com/timeoutmill/timeoutmill/persistence"
-	"github.com/timeoutmill/timeoutmill/satellites"
+	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
+
+// Forwarder delivers a due timeout's message and removes its timeout (Config.Forwarder): the
+// hook for exactly-once delivery, which transport/sqltransport's ExactlyOnceForwarder
+// implements. A Forwarder that is also a BatchForwarder forwards many in one step.
+type (
+	Forwarder      = satellites.Forwarder
+	BatchForwarder = satellites.BatchForwarder
+	Forwarding     = satellites.Forwarding
+)
+
+// CriticalError is the error a Manager raises when a stage keeps failing for longer than its
+// wait (Config.OnCriticalError, Manager.Err): its Breaker names the stage (fetch, store,
+// dispatch, recovery) and its Err is the last failure.
+type CriticalError = critical.Error
 
 // ErrInvalidConfig is wrapped by every configuration error of this package.
 var ErrInvalidConfig = errors.New("timeouts: invalid configuration")
@@ -87,7 +102,7 @@ type Config struct {
 
 	// OnCriticalError is called once for each critical error. Defaults to logging the error and
 	// closing the router the Manager was added to; Manager.Err reports the error either way.
-	OnCriticalError critical.Action
+	OnCriticalError func(ctx context.Context, err *CriticalError)
 	// MetricsRegisterer, when set, receives the manager's Prometheus metrics (timeoutmill_*,
 	// labelled with the endpoint): stored, dispatched, early, pending, failures by stage, breaker
 	// state and a histogram of dispatch lateness. Defaults to none.
@@ -95,7 +110,7 @@ type Config struct {
 	// Forwarder, when set, forwards each due message and removes its timeout in one transaction:
 	// exactly-once delivery where the transport shares the store's database (see
 	// transport/sqltransport). Defaults to publishing with Publisher, then removing: at least once.
-	Forwarder satellites.Forwarder
+	Forwarder Forwarder
 	// SkipInfrastructureSetup leaves the store's tables to the operator (see `timeoutmill setup`).
 	SkipInfrastructureSetup bool
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
-	"github.com/timeoutmill/timeoutmill/critical"
 	"github.com/timeoutmill/timeoutmill/internal/faultstore"
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
 	"github.com/timeoutmill/timeoutmill/timeouts"
@@ -19,11 +18,11 @@ import (
 
 type criticalRecorder struct {
 	mu   sync.Mutex
-	errs []*critical.Error
+	errs []*timeouts.CriticalError
 	at   []time.Time
 }
 
-func (r *criticalRecorder) action(_ context.Context, e *critical.Error) {
+func (r *criticalRecorder) action(_ context.Context, e *timeouts.CriticalError) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.errs = append(r.errs, e)
@@ -108,7 +107,7 @@ func TestStorageOutageLongerThanWaitRaisesOneCriticalError(t *testing.T) {
 	require.GreaterOrEqual(t, at.Sub(failedAt), wait, "not before the wait")
 	require.Less(t, at.Sub(failedAt), wait+100*time.Millisecond+3*time.Second, "within poll interval + wait + a couple of seconds")
 
-	var ce *critical.Error
+	var ce *timeouts.CriticalError
 	require.True(t, errors.As(b.manager.Err(), &ce))
 }
 

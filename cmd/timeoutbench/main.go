@@ -33,7 +33,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/timeoutmill/timeoutmill/bench"
+	"github.com/timeoutmill/timeoutmill/cmd/timeoutbench/internal/bench"
 )
 
 func main() {

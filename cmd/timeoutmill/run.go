@@ -17,7 +17,6 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/connect"
 	"github.com/timeoutmill/timeoutmill/persistence"
-	"github.com/timeoutmill/timeoutmill/satellites"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 )
 
@@ -70,9 +69,9 @@ func (c *runCmd) Run(e *env) error {
 		}
 	}
 
-	var forwarder satellites.Forwarder
+	var forwarder timeouts.Forwarder
 	if c.ExactlyOnce {
-		forwarder, err = retry(e.ctx, c.OutageWait, logger, "database", func() (satellites.Forwarder, error) {
+		forwarder, err = retry(e.ctx, c.OutageWait, logger, "database", func() (timeouts.Forwarder, error) {
 			return connect.ExactlyOnceForwarder(e.ctx, transport, store, logger)
 		})
 		if err != nil {
@@ -127,7 +126,7 @@ func (c *runCmd) Run(e *env) error {
 
 // managerConfig is the configuration of the endpoint's timeout manager the flags describe.
 func (c *runCmd) managerConfig(store persistence.Store, transport *connect.Transport, registry prometheus.Registerer,
-	forwarder satellites.Forwarder) timeouts.Config {
+	forwarder timeouts.Forwarder) timeouts.Config {
 	return timeouts.Config{
 		Endpoint:          c.Endpoint,
 		Store:             store,

@@ -28,7 +28,7 @@
 // the database clock.
 //
 // The satellites store, look up and remove many timeouts at once with StoreMany, PeekMany and
-// RemoveMany (satellites.BatchStore): each is one READ COMMITTED transaction and one commit, with
+// RemoveMany (persistence.BatchStore): each is one READ COMMITTED transaction and one commit, with
 // one statement per 500 ids (and per 4 MiB of inserted rows). MySQL has neither INSERT nor
 // DELETE ... RETURNING, so StoreMany first reads which ids are stored and RemoveMany locks the
 // rows it will delete; both work in id order, so that overlapping batches wait for each other

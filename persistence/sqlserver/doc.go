@@ -64,7 +64,7 @@
 // # Batches
 //
 // The satellites store, look up and remove many timeouts at once with StoreMany, PeekMany and
-// RemoveMany (satellites.BatchStore), below the 2,100 parameters a request may carry: StoreMany
+// RemoveMany (persistence.BatchStore), below the 2,100 parameters a request may carry: StoreMany
 // sends 250 timeouts per statement (Store's insert guarded by NOT EXISTS, over a table value
 // constructor, OUTPUT returning the ids it inserted), PeekMany and RemoveMany 500 ids (RemoveMany
 // with OUTPUT deleted.Id). Batches of more than one statement run in one transaction and one

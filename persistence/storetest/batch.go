@@ -15,15 +15,10 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-// batchStore is the method set of satellites.BatchStore, which the satellites use to store, look
-// up and remove many timeouts in one round trip each. It is spelt out here rather than imported,
-// so that the suite does not depend on the satellites (and Watermill); batch_test.go checks that
-// the two stay the same.
+// batchStore is a store with the optional batch calls.
 type batchStore interface {
 	persistence.Store
-	StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error)
-	PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error)
-	RemoveMany(ctx context.Context, ids []string) ([]string, error)
+	persistence.BatchStore
 }
 
 // testBatch checks the batch calls, for the stores that implement them: StoreMany stores each
@@ -32,7 +27,7 @@ type batchStore interface {
 func (s suite) testBatch(t *testing.T) {
 	store, _ := s.setup(t)
 	if _, ok := store.(batchStore); !ok {
-		t.Skipf("%T does not implement StoreMany, PeekMany and RemoveMany (satellites.BatchStore)", store)
+		t.Skipf("%T does not implement StoreMany, PeekMany and RemoveMany (persistence.BatchStore)", store)
 	}
 	for _, tt := range []struct {
 		name string

@@ -10,8 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/timeoutmill/timeoutmill/critical"
-	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/critical"
+	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/recoverability"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -60,7 +60,7 @@ type DispatchConfig struct {
 	// what it holds when it closes). Such a forward is not counted as delivered: its timeout is
 	// kept and its dispatcher message nacked, a possible duplicate rather than a loss. Optional.
 	Interrupted func() bool
-	// MaxBatch bounds how many due timeouts are dispatched together when Store is a BatchStore
+	// MaxBatch bounds how many due timeouts are dispatched together when Store is a persistence.BatchStore
 	// and several dispatcher messages are handled at once (a subscriber with several consumers,
 	// or Watermill's GoChannel, which hands messages over without waiting for acks). Defaults to
 	// DefaultMaxBatch; 1 dispatches each message alone. A Forwarder dispatches each alone unless
@@ -113,7 +113,7 @@ func NewDispatch(cfg DispatchConfig, logger watermill.LoggerAdapter) (*Dispatch,
 	}
 	queue := wire.DispatcherQueue(cfg.Endpoint)
 	d := &Dispatch{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue})}
-	if store, ok := cfg.Store.(BatchStore); ok && cfg.MaxBatch > 1 {
+	if store, ok := cfg.Store.(batchStore); ok && cfg.MaxBatch > 1 {
 		fwd, batches := cfg.Forwarder.(BatchForwarder)
 		switch {
 		case cfg.Forwarder == nil:

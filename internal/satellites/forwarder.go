@@ -37,7 +37,7 @@ type Forwarding struct {
 // then one ForwardMany. Whatever fails falls back to handleOne, which forwards each alone with
 // Forward, so that errors, retries, the error queue and breakers behave exactly as without
 // batching, and every forward stays exactly once.
-func (d *Dispatch) forwardBatch(store BatchStore, fwd BatchForwarder, batch []*request[due]) {
+func (d *Dispatch) forwardBatch(store batchStore, fwd BatchForwarder, batch []*request[due]) {
 	alone := d.dispatchAlone
 	first, again, byID, ok := d.peekBatch(store, batch)
 	if !ok {

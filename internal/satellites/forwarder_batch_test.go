@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/timeoutmill/timeoutmill/satellites"
+	"github.com/timeoutmill/timeoutmill/internal/satellites"
 )
 
 // txBatchForwarder stands in for a transport that forwards a batch and removes its timeouts in

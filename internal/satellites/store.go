@@ -8,7 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/internal/critical"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/recoverability"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -27,7 +27,7 @@ type StoreConfig struct {
 	// OnStored is told the due time of each newly stored timeout, so the poller can wake early.
 	// Optional.
 	OnStored func(due time.Time)
-	// MaxBatch bounds how many delayed messages are stored together when Store is a BatchStore
+	// MaxBatch bounds how many delayed messages are stored together when Store is a persistence.BatchStore
 	// and several are handled at once (a subscriber with several consumers, or Watermill's
 	// GoChannel). Defaults to DefaultMaxBatch; 1 stores each message alone.
 	MaxBatch int
@@ -73,7 +73,7 @@ func NewStore(cfg StoreConfig, logger watermill.LoggerAdapter) (*Store, error) {
 	}
 	queue := wire.TimeoutsQueue(cfg.Endpoint)
 	s := &Store{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue})}
-	if store, ok := cfg.Store.(BatchStore); ok && cfg.MaxBatch > 1 {
+	if store, ok := cfg.Store.(batchStore); ok && cfg.MaxBatch > 1 {
 		s.batcher = &batcher[delayed]{max: cfg.MaxBatch, handle: func(batch []*request[delayed]) { s.storeBatch(store, batch) }}
 	}
 	return s, nil

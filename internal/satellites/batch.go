@@ -1,7 +1,6 @@
 package satellites
 
 import (
-	"context"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -10,28 +9,6 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
-
-// BatchStore is implemented by stores that store, look up and remove many timeouts in one round
-// trip each. With one, the satellites handle the messages they are handling at the same moment
-// together: the store satellite stores them with one StoreMany, and the dispatch satellite
-// dispatches due timeouts with one PeekMany, one publish per destination and one RemoveMany,
-// instead of one of each per message. Each message is still acked only once its own timeout was
-// stored, or forwarded and removed.
-type BatchStore interface {
-	persistence.Store
-	// StoreMany keeps the timeouts (distinct ids), each as Store would, and returns the ids it
-	// inserted; the others were stored already. When it fails, for any reason (one invalid
-	// timeout among them, say), the store satellite stores each alone, as Store would.
-	StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error)
-	// PeekMany returns the stored timeouts among ids, claimed or not, in any order; ids not
-	// stored are left out. When it fails, for any reason (persistence.ErrCorruptMetadata for one
-	// unreadable timeout among them, say), the dispatch satellite handles each id alone, as Peek
-	// would.
-	PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error)
-	// RemoveMany deletes the timeouts with those ids and returns the ids it deleted; the others
-	// were gone already.
-	RemoveMany(ctx context.Context, ids []string) ([]string, error)
-}
 
 // DefaultMaxBatch is the default of DispatchConfig.MaxBatch and StoreConfig.MaxBatch.
 const DefaultMaxBatch = 256
@@ -176,7 +153,7 @@ type delayed struct {
 
 // storeBatch stores the timeouts of batch with one StoreMany. If that fails, each is stored
 // alone, so that invalid timeouts, outages and breakers behave exactly as without batching.
-func (s *Store) storeBatch(store BatchStore, batch []*request[delayed]) {
+func (s *Store) storeBatch(store batchStore, batch []*request[delayed]) {
 	alone := func(x delayed) error { return s.storeOne(x.msg, x.t) }
 	if len(batch) == 1 {
 		batch[0].done <- alone(batch[0].item)
@@ -237,7 +214,7 @@ func (d *Dispatch) dispatchAlone(x due) error { return d.handleOne(x.msg, x.id) 
 // (again: the caller dispatches them alone once the batch is done, when they find their timeout
 // gone) and the timeouts found by id. ok is false when the batch is handled already: a single
 // request, or a lookup that failed, after which every request was dispatched alone.
-func (d *Dispatch) peekBatch(store BatchStore, batch []*request[due]) (first, again []*request[due], byID map[string]persistence.Timeout, ok bool) {
+func (d *Dispatch) peekBatch(store batchStore, batch []*request[due]) (first, again []*request[due], byID map[string]persistence.Timeout, ok bool) {
 	if len(batch) == 1 {
 		batch[0].done <- d.dispatchAlone(batch[0].item)
 		return nil, nil, nil, false
@@ -264,7 +241,7 @@ func (d *Dispatch) peekBatch(store BatchStore, batch []*request[due]) (first, ag
 // dispatchBatch dispatches the timeouts of batch together: PeekMany, one Publish per
 // destination, RemoveMany. Whatever fails falls back to handleOne's per-message path, so that
 // errors, retries, the error queue and breakers behave exactly as without batching.
-func (d *Dispatch) dispatchBatch(store BatchStore, batch []*request[due]) {
+func (d *Dispatch) dispatchBatch(store batchStore, batch []*request[due]) {
 	alone := d.dispatchAlone
 	first, again, byID, ok := d.peekBatch(store, batch)
 	if !ok {
@@ -333,7 +310,7 @@ func (d *Dispatch) dispatchBatch(store BatchStore, batch []*request[due]) {
 
 // removeMany deletes forwarded timeouts in one call; if that fails, each is removed alone with
 // remove's retries.
-func (d *Dispatch) removeMany(store BatchStore, sent []forward) {
+func (d *Dispatch) removeMany(store batchStore, sent []forward) {
 	if len(sent) == 0 {
 		return
 	}
