@@ -11,9 +11,9 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/critical"
 	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/recoverability"
-	"github.com/timeoutmill/timeoutmill/internal/satellites"
 )
 
 // Manager is the timeout manager of one endpoint: the store satellite, the poller and the
