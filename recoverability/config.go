@@ -1,18 +1,18 @@
 package recoverability
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/internal/configerr"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 // ErrInvalidConfig is wrapped by every configuration error of this package, from code and from
 // configuration files alike.
-var ErrInvalidConfig = errors.New("recoverability: invalid configuration")
+var ErrInvalidConfig = configerr.ErrInvalidConfig
 
 // DefaultDurationToIgnoreOnFailure returns Shuttle's default delayed-retry schedule: 10 s, 30 s,
 // 1 min. (A function, so that no caller can change the default for everyone.)

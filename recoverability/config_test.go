@@ -219,5 +219,5 @@ func TestLoadConfigFileThenCode(t *testing.T) {
 
 	require.NoError(t, os.WriteFile(path, []byte(`{"Inbox": {"DurationToIgnoreOnFailure": ["00:00:1x"]}}`), 0o600))
 	err = recoverability.LoadConfigFile(path, &cfg)
-	require.ErrorContains(t, err, path+": recoverability: invalid configuration: DurationToIgnoreOnFailure[0]: \"00:00:1x\" is not a duration")
+	require.ErrorContains(t, err, path+": timeoutmill: invalid configuration: DurationToIgnoreOnFailure[0]: \"00:00:1x\" is not a duration")
 }

@@ -2,13 +2,13 @@ package timeouts
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/timeoutmill/timeoutmill/internal/configerr"
 	"github.com/timeoutmill/timeoutmill/internal/critical"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/persistence"
@@ -29,8 +29,9 @@ type (
 // dispatch, recovery) and its Err is the last failure.
 type CriticalError = critical.Error
 
-// ErrInvalidConfig is wrapped by every configuration error of this package.
-var ErrInvalidConfig = errors.New("timeouts: invalid configuration")
+// ErrInvalidConfig is wrapped by every configuration error of this package. It is the same
+// value in every package of the module: errors.Is with it matches them all.
+var ErrInvalidConfig = configerr.ErrInvalidConfig
 
 // Defaults of Config.
 const (

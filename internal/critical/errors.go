@@ -1,12 +1,13 @@
 package critical
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/timeoutmill/timeoutmill/internal/configerr"
 )
 
 // ErrInvalidConfig is wrapped by every configuration error of this package.
-var ErrInvalidConfig = errors.New("critical: invalid configuration")
+var ErrInvalidConfig = configerr.ErrInvalidConfig
 
 func errorf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)

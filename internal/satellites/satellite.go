@@ -7,11 +7,11 @@ package satellites
 
 import (
 	"context"
-	"errors"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/internal/configerr"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
@@ -32,7 +32,7 @@ type batchStore interface {
 }
 
 // ErrInvalidConfig is wrapped by every configuration error of this package.
-var ErrInvalidConfig = errors.New("satellites: invalid configuration")
+var ErrInvalidConfig = configerr.ErrInvalidConfig
 
 func messageContext(msg *message.Message) context.Context {
 	if ctx := msg.Context(); ctx != nil {

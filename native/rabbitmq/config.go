@@ -2,7 +2,6 @@ package rabbitmq
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"time"
 
@@ -10,12 +9,14 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/timeoutmill/timeoutmill/internal/coalesce"
+	"github.com/timeoutmill/timeoutmill/internal/configerr"
 
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 )
 
-// ErrInvalidConfig is wrapped by every configuration error of this package.
-var ErrInvalidConfig = errors.New("rabbitmq: invalid configuration")
+// ErrInvalidConfig is wrapped by every configuration error of this package. It is the same
+// value in every package of the module: errors.Is with it matches them all.
+var ErrInvalidConfig = configerr.ErrInvalidConfig
 
 // Defaults of Config.
 const (

@@ -2,7 +2,6 @@ package amqptransport
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -13,10 +12,12 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 	"github.com/timeoutmill/timeoutmill/internal/coalesce"
+	"github.com/timeoutmill/timeoutmill/internal/configerr"
 )
 
-// ErrInvalidConfig is wrapped by every configuration error of this package.
-var ErrInvalidConfig = errors.New("amqptransport: invalid configuration")
+// ErrInvalidConfig is wrapped by every configuration error of this package. It is the same
+// value in every package of the module: errors.Is with it matches them all.
+var ErrInvalidConfig = configerr.ErrInvalidConfig
 
 // Defaults of Config.
 const (

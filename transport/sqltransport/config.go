@@ -2,7 +2,6 @@ package sqltransport
 
 import (
 	"database/sql"
-	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -11,10 +10,13 @@ import (
 	"unicode/utf8"
 
 	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/timeoutmill/timeoutmill/internal/configerr"
 )
 
-// ErrInvalidConfig is wrapped by every configuration error of this package.
-var ErrInvalidConfig = errors.New("sqltransport: invalid configuration")
+// ErrInvalidConfig is wrapped by every configuration error of this package. It is the same
+// value in every package of the module: errors.Is with it matches them all.
+var ErrInvalidConfig = configerr.ErrInvalidConfig
 
 // Dialect names the database a transport runs on.
 type Dialect string
