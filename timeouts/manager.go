@@ -167,9 +167,22 @@ func (m *Manager) AddToRouter(router *message.Router) error {
 		return fmt.Errorf("%w: the manager of %s is already added to a router", ErrInvalidConfig, m.cfg.Endpoint)
 	}
 	m.router = router
-	router.AddConsumerHandler(m.store.Name(), m.store.Queue(), &managedSubscriber{Subscriber: m.cfg.Subscriber, m: m, startsPoller: true}, m.store.Handle)
-	router.AddConsumerHandler(m.dispatch.Name(), m.dispatch.Queue(), &managedSubscriber{Subscriber: m.cfg.Subscriber, m: m}, m.handleDue)
+	router.AddConsumerHandler(m.store.Name(), m.store.Queue(), &managedSubscriber{Subscriber: m.cfg.Subscriber, m: m, startsPoller: true}, m.whenReady(m.store.Handle))
+	router.AddConsumerHandler(m.dispatch.Name(), m.dispatch.Queue(), &managedSubscriber{Subscriber: m.cfg.Subscriber, m: m}, m.whenReady(m.handleDue))
 	return nil
+}
+
+// whenReady holds a satellite's messages until the store is set up (Ready): a message handled
+// before its tables exist would fail, and count against a breaker.
+func (m *Manager) whenReady(handle message.NoPublishHandlerFunc) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) error {
+		select {
+		case <-m.ready:
+			return handle(msg)
+		case <-msg.Context().Done():
+			return fmt.Errorf("the store was not set up before the stop: %w", context.Canceled)
+		}
+	}
 }
 
 // handleDue dispatches one announced id and, on a GoChannel, records that it is settled.
