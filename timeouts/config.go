@@ -3,6 +3,7 @@ package timeouts
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -50,7 +51,8 @@ type Config struct {
 	// Endpoint.TimeoutsDispatcher. Required.
 	Endpoint string
 	// Store keeps the timeouts. Required. If it implements persistence.Installer, its
-	// SetupInfrastructure runs in AddToRouter unless SkipInfrastructureSetup is set.
+	// SetupInfrastructure runs when the router starts the manager, before the satellites handle
+	// anything (see Manager.Ready), unless SkipInfrastructureSetup is set.
 	Store persistence.Store
 	// Publisher sends due messages to their destinations, ids to the dispatcher queue and
 	// failures to the error queue. Required.
@@ -81,10 +83,11 @@ type Config struct {
 	// first failed poll (an idle poller looks at least every PollInterval) and the error comes on
 	// time, not at the next poll after it.
 	TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages time.Duration
-	// TimeToTriggerFetchCircuitBreaker is the MSMQ transport's name for the same setting as
-	// TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages: one knob under two names, so that
-	// configuration written for either works. Set one of them; setting both to different values
-	// is an error.
+	// TimeToTriggerFetchCircuitBreaker is the MSMQ transport's name for
+	// TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages, kept so that configuration written
+	// for it works. Setting both to different values is an error.
+	//
+	// Deprecated: set TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages.
 	TimeToTriggerFetchCircuitBreaker time.Duration
 	// TimeToTriggerStoreCircuitBreaker is how long storing delayed messages may fail before a
 	// critical error is raised. Defaults to 30 seconds.
@@ -135,9 +138,6 @@ func (c *Config) setDefaults() {
 	if c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages == 0 {
 		c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages = DefaultTimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages
 	}
-	if c.TimeToTriggerFetchCircuitBreaker == 0 {
-		c.TimeToTriggerFetchCircuitBreaker = c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages
-	}
 	if c.MaximumRecoveryFailuresPerSecond == 0 {
 		c.MaximumRecoveryFailuresPerSecond = DefaultMaximumRecoveryFailuresPerSecond
 	}
@@ -152,8 +152,14 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports the first missing or impossible setting.
+// Validate reports the first missing or impossible setting, with the defaults applied first: a
+// setting left zero is valid when its default is.
 func (c Config) Validate() error {
+	c.setDefaults()
+	return c.validate()
+}
+
+func (c Config) validate() error {
 	if err := wire.ValidateName("Endpoint", c.Endpoint); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -166,10 +172,16 @@ func (c Config) Validate() error {
 	switch {
 	case c.Store == nil:
 		return invalid("Store is required")
+	case unopened(c.Store):
+		return invalid("Store is a nil or zero-value %T: create it with its package's Open or New", c.Store)
 	case c.Publisher == nil:
 		return invalid("Publisher is required")
+	case unopened(c.Publisher):
+		return invalid("Publisher is a nil or zero-value %T: create it with its package's constructor", c.Publisher)
 	case c.Subscriber == nil:
 		return invalid("Subscriber is required")
+	case unopened(c.Subscriber):
+		return invalid("Subscriber is a nil or zero-value %T: create it with its package's constructor", c.Subscriber)
 	case c.PollInterval < 0:
 		return invalid("PollInterval must be positive, got %s", c.PollInterval)
 	case c.ClaimBatchSize < 0:
@@ -182,7 +194,7 @@ func (c Config) Validate() error {
 		return invalid("TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages must be positive, got %s", c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages)
 	case c.TimeToTriggerFetchCircuitBreaker < 0:
 		return invalid("TimeToTriggerFetchCircuitBreaker must be positive, got %s", c.TimeToTriggerFetchCircuitBreaker)
-	case c.TimeToTriggerFetchCircuitBreaker != 0 && c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages != 0 &&
+	case c.TimeToTriggerFetchCircuitBreaker != 0 &&
 		c.TimeToTriggerFetchCircuitBreaker != c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages:
 		return invalid("TimeToTriggerFetchCircuitBreaker (%s) and TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages (%s) name one setting: set one of them, or both to the same value",
 			c.TimeToTriggerFetchCircuitBreaker, c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages)
@@ -196,4 +208,17 @@ func (c Config) Validate() error {
 		return invalid("RetryDelay must not be negative, got %s", c.RetryDelay)
 	}
 	return nil
+}
+
+// unopened reports whether v is a nil pointer, or a pointer to a struct with every field zero: a
+// value its constructor never made, whose first call would panic.
+func unopened(v any) bool {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() == reflect.Pointer {
+		if rv.IsNil() {
+			return true
+		}
+		rv = rv.Elem()
+	}
+	return rv.Kind() == reflect.Struct && rv.NumField() > 0 && rv.IsZero()
 }

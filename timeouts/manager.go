@@ -45,7 +45,7 @@ type Manager struct {
 // NewManager validates config and assembles the timeout manager.
 func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error) {
 	config.setDefaults()
-	if err := config.Validate(); err != nil {
+	if err := config.validate(); err != nil {
 		return nil, err
 	}
 	if err := checkGoChannel(config.Publisher); err != nil {

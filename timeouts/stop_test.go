@@ -129,3 +129,25 @@ func TestDelayedPublishCutShortByAClosingGoChannelIsAnError(t *testing.T) {
 	require.NoError(t, pubSub.Close())
 	require.ErrorIs(t, <-published, timeouts.ErrUnconfirmed, "not a silent success")
 }
+
+func TestTheDocumentedMinimalConfigValidates(t *testing.T) {
+	t.Parallel()
+	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	defer pubSub.Close()
+	cfg := timeouts.Config{Endpoint: "orders", Store: memory.New(), Publisher: pubSub, Subscriber: pubSub}
+	require.NoError(t, cfg.Validate(), "every other setting has a default")
+	_, err := timeouts.NewManager(cfg, nil)
+	require.NoError(t, err)
+}
+
+func TestAStoreNeverOpenedIsRefused(t *testing.T) {
+	t.Parallel()
+	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	defer pubSub.Close()
+	var typedNil *sqlite.Store
+	for name, store := range map[string]persistence.Store{"typed nil": typedNil, "zero value": &sqlite.Store{}, "zero memory": &memory.Store{}} {
+		_, err := timeouts.NewManager(timeouts.Config{Endpoint: "orders", Store: store, Publisher: pubSub, Subscriber: pubSub}, nil)
+		require.ErrorIs(t, err, timeouts.ErrInvalidConfig, name)
+		require.ErrorContains(t, err, "Store is a nil or zero-value", name)
+	}
+}
