@@ -21,26 +21,21 @@ const TransportSchemes = "amqp://user:pass@host:5672/vhost (or amqps://), " +
 
 // ServiceConsumers is how many messages of one queue the timeoutmill service handles at once on
 // AMQP (amqptransport.Config.Consumers: one channel, the satellites batch what they are handed).
-// Order is not kept either way (timeouts due together have none). 20,000 timeouts due at once on
-// RabbitMQ + PostgreSQL drained at 1.4–1.5k/s with 8, 3.2–3.6k/s with 64 and 3.9–4.1k/s with
-// 256 (timeoutbench, back to back); a kill -9 can forward again up to this many messages it
-// had in flight, so 64 takes most of the speed for a quarter of 256's duplicates.
+// Order is not kept either way (timeouts due together have none). A backlog drains faster with
+// more, but a kill -9 can forward again up to this many messages it had in flight: 64 takes most
+// of 256's speed for a quarter of its duplicates (make bench's backlog measures it).
 const ServiceConsumers = 64
 
 // ServiceSQLConsumers is how many consumers the timeoutmill service runs per queue on the SQL
 // transports. More consumers drain a backlog faster but poll more while idle, since each looks at
-// its table every PollInterval: with one instance on PostgreSQL, 5,000 timeouts due at once
-// drained at about 180/s with 1 consumer, 490/s with 4 and 740/s with 8 (at least once; exactly
-// once 340, 510 and 900/s), while an idle instance runs about 20 short transactions a second per
-// consumer (measured here, acceptance/sql_measure_test.go, when consumers still handed out one
-// message at a time). 4 is the middle of that.
+// its table every PollInterval (acceptance/sql_measure_test.go measures both). 4 is the middle
+// of that trade.
 const ServiceSQLConsumers = 4
 
 // ServiceSQLBatchSize is how many rows each of the service's SQL consumers locks and hands out in
 // one transaction (sqltransport.Config.BatchSize). The satellites batch what they are handed, so a
-// backlog costs one commit per hundred messages rather than per ten: in timeoutbench, 5,000
-// timeouts due at once drained at 2,700–3,100/s with 10 and 4,600–5,800/s with 100 on
-// PostgreSQL, exactly once. Idle polling does not depend on it.
+// backlog costs one commit per hundred messages rather than per ten. Idle polling does not depend
+// on it.
 const ServiceSQLBatchSize = 100
 
 // Transport is a Pub/Sub with queue semantics for an endpoint's queues.
