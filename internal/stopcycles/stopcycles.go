@@ -72,13 +72,13 @@ type Config struct {
 	Burst int
 	// Spread is how many more fall due over each cycle. Defaults to 50.
 	Spread int
-	// CycleLength is how long each process runs before its stop. Defaults to 600 ms.
+	// CycleLength is how long each process runs before its stop. Defaults to 1 s.
 	CycleLength time.Duration
 	// LeaseBound is how long after it could be delivered (its due time, or the next start if it
 	// fell due while no process ran) a timeout may arrive. A timeout stranded by a claim waits
 	// for the claim's lease, a minute by default (Start's managers keep it); one that waits for
-	// a busy machine to drain the burst of its restart, a few seconds. Defaults to 10 s, 20 s
-	// under the race detector. Run reports the worst lateness it saw.
+	// a busy machine to drain the burst of its restart, seconds. Defaults to 10 s, 30 s under
+	// the race detector. Run reports the worst lateness it saw.
 	LeaseBound time.Duration
 	// Quiet is how long every stopped process is watched for critical errors after the last
 	// stop; set it beyond the breakers' TimeToTrigger* of the managers Start makes. Defaults to
@@ -112,12 +112,12 @@ func Run(t *testing.T, cfg Config) Result {
 		cfg.Spread = 50
 	}
 	if cfg.CycleLength == 0 {
-		cfg.CycleLength = 600 * time.Millisecond
+		cfg.CycleLength = time.Second
 	}
 	if cfg.LeaseBound == 0 {
 		cfg.LeaseBound = 10 * time.Second
 		if raceEnabled {
-			cfg.LeaseBound = 20 * time.Second
+			cfg.LeaseBound = 30 * time.Second
 		}
 	}
 	if cfg.Destination == "" {
