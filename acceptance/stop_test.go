@@ -42,8 +42,8 @@ func (p *amqpProcess) Stop() error {
 	return errors.Join(p.store.Close(), p.sub.Close(), p.pub.Close())
 }
 
+// Not parallel: it measures lateness, and runs alone in its package before the parallel tests.
 func TestGracefulStopsOnRabbitMQAndPostgreSQLLoseNothing(t *testing.T) {
-	t.Parallel()
 	e := newEnv(t, "stops")
 	dsn, schema := testenv.PostgresSchema(t)
 	dest := e.queue("dest")

@@ -82,8 +82,8 @@ func startGoChannelProcess(t *testing.T, store persistence.Store, closeDB bool, 
 	return p
 }
 
+// Not parallel: it measures lateness, and runs alone in its package before the parallel tests.
 func TestGracefulStopsOnGoChannelAndMemoryLoseNothing(t *testing.T) {
-	t.Parallel()
 	store := memory.New() // outlives each process, as a database would
 	stopcycles.Run(t, stopcycles.Config{
 		Start: func(t *testing.T, _ int, rec *stopcycles.Recorder) stopcycles.Process {
@@ -92,8 +92,8 @@ func TestGracefulStopsOnGoChannelAndMemoryLoseNothing(t *testing.T) {
 	})
 }
 
+// Not parallel: it measures lateness, and runs alone in its package before the parallel tests.
 func TestGracefulStopsOnGoChannelAndSQLiteLoseNothing(t *testing.T) {
-	t.Parallel()
 	path := filepath.Join(t.TempDir(), "timeouts.db")
 	stopcycles.Run(t, stopcycles.Config{
 		Start: func(t *testing.T, _ int, rec *stopcycles.Recorder) stopcycles.Process {
