@@ -106,11 +106,11 @@ type Store interface {
 type BatchStore interface {
 	// StoreMany keeps the timeouts (distinct ids), each as Store would, and returns the ids it
 	// inserted; the others were stored already. When it fails, for any reason (one invalid
-	// timeout among them, say), the manager stores each alone, as Store would.
+	// timeout among them, say), the manager stores each alone, in a batch of one.
 	StoreMany(ctx context.Context, ts []Timeout) ([]string, error)
 	// PeekMany returns the stored timeouts among ids, claimed or not, in any order; ids not
 	// stored are left out. When it fails, for any reason (ErrCorruptMetadata for one unreadable
-	// timeout among them, say), the manager looks up each id alone, as Peek would.
+	// timeout among them, say), the manager looks up each id alone, in a batch of one.
 	PeekMany(ctx context.Context, ids []string) ([]Timeout, error)
 	// RemoveMany deletes the timeouts with those ids and returns the ids it deleted; the others
 	// were gone already.

@@ -1,6 +1,8 @@
 package satellites
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -131,14 +133,16 @@ func firstOfEach[T any](batch []*request[T], key func(T) string) (first, again [
 	return first, again
 }
 
-// eachAlone runs handle for each request at the same time and hands it its result.
-func eachAlone[T any](reqs []*request[T], handle func(T) error) {
+// eachAlone handles each request as a batch of its own, all at the same time: what failed for a
+// batch is tried again message by message, through the same calls, so that one bad timeout
+// touches no other and each failure waits out its breaker's delay on its own, side by side.
+func eachAlone[T any](reqs []*request[T], handle func(batch []*request[T])) {
 	var wg sync.WaitGroup
 	for _, r := range reqs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.done <- handle(r.item)
+			handle([]*request[T]{r})
 		}()
 	}
 	wg.Wait()
@@ -150,27 +154,37 @@ type delayed struct {
 	t   persistence.Timeout
 }
 
-// storeBatch stores the timeouts of batch with one StoreMany. If that fails, each is stored
-// alone, so that invalid timeouts, outages and breakers behave exactly as without batching.
-func (s *Store) storeBatch(store batchStore, batch []*request[delayed]) {
-	alone := func(x delayed) error { return s.storeOne(x.msg, x.t) }
-	if len(batch) == 1 {
-		batch[0].done <- alone(batch[0].item)
-		return
-	}
+// store stores the timeouts of batch with one StoreMany: the one path of every delayed message,
+// a lone message being a batch of one. If a batch of many fails, each is stored alone, so that
+// an invalid timeout, an outage and the breaker are met message by message.
+func (s *Store) store(batch []*request[delayed]) {
 	first, again := firstOfEach(batch, func(x delayed) string { return x.t.ID })
-	defer eachAlone(again, alone) // they find their timeout stored
-
+	if len(again) > 0 {
+		defer s.store(again) // they find their timeout stored
+	}
 	ts := make([]persistence.Timeout, len(first))
 	for i, r := range first {
 		ts[i] = r.item.t
 	}
-	ctx, cancel := detached(first[0].item.msg) // runs to its end, as storeOne does
+	// A store that started runs to its end even while the router shuts down (which cancels
+	// message contexts): the Pub/Sub may count the message as handed over already.
+	ctx, cancel := detached(first[0].item.msg)
 	defer cancel()
-	inserted, err := store.StoreMany(ctx, ts)
-	if err != nil {
+	inserted, err := s.calls.StoreMany(ctx, ts)
+	if err != nil && len(first) > 1 {
 		s.logger.Debug("Storing a batch of timeouts failed; storing them one by one", watermill.LogFields{"count": len(ts), "error": err.Error()})
-		eachAlone(first, alone)
+		eachAlone(first, s.store)
+		return
+	}
+	if err != nil {
+		r := first[0]
+		if errors.Is(err, persistence.ErrInvalidTimeout) {
+			r.done <- s.reject(r.item.msg, err.Error())
+			return
+		}
+		s.logger.Error("Storing timeout failed; will retry", err, watermill.LogFields{"timeout_id": r.item.t.ID})
+		s.cfg.Breaker.Failure(ctx, err)
+		r.done <- fmt.Errorf("storing timeout %s: %w", r.item.t.ID, err)
 		return
 	}
 	s.cfg.Breaker.Success()
@@ -178,7 +192,6 @@ func (s *Store) storeBatch(store batchStore, batch []*request[delayed]) {
 	for _, id := range inserted {
 		isNew[id] = true
 	}
-	var stored []*request[delayed]
 	for _, r := range first {
 		if isNew[r.item.t.ID] {
 			if s.cfg.OnStored != nil {
@@ -187,9 +200,14 @@ func (s *Store) storeBatch(store batchStore, batch []*request[delayed]) {
 			r.done <- nil
 			continue
 		}
-		stored = append(stored, r)
+		r.done <- s.checkDuplicate(r.item.msg, r.item.t)
 	}
-	eachAlone(stored, func(x delayed) error { return s.checkDuplicate(x.msg, x.t) })
+}
+
+// due is a dispatcher message and the id it announces.
+type due struct {
+	msg *message.Message
+	id  string
 }
 
 // forward is one timeout of a batch on its way to its destination.
@@ -199,60 +217,67 @@ type forward struct {
 	out *message.Message
 }
 
-// due is a dispatcher message and the id it announces.
-type due struct {
-	msg *message.Message
-	id  string
+// dispatch dispatches the timeouts of batch together: the one path of every dispatcher message,
+// a lone message being a batch of one. It looks them up with one PeekMany, then forwards them:
+// with the Forwarder in one ForwardMany, otherwise with one Publish per destination and one
+// RemoveMany. If a batch of many fails where failures are the timeout's own (a lookup, a
+// Forwarder's commit), each is dispatched alone through the same calls; a refused Publish counts
+// an attempt for each of its messages.
+func (d *Dispatch) dispatch(batch []*request[due]) {
+	first, again := firstOfEach(batch, func(x due) string { return x.id })
+	if len(again) > 0 {
+		defer d.dispatch(again) // they find their timeout gone
+	}
+	found, ok := d.lookUp(first)
+	if !ok {
+		eachAlone(first, d.dispatch)
+		return
+	}
+	if len(found) == 0 {
+		return
+	}
+	// Once started, forwards run to their end even while the router shuts down (which cancels
+	// message contexts): cut short after the broker took a message, it would be sent again.
+	ctx, cancel := detached(found[0].req.item.msg)
+	defer cancel()
+	for _, f := range found {
+		f.out.SetContext(ctx)
+	}
+	if d.forwarder != nil {
+		d.forwardMany(ctx, found)
+		return
+	}
+	d.publishAndRemove(found)
 }
 
-// dispatchAlone dispatches one due id on its own, as without batching.
-func (d *Dispatch) dispatchAlone(x due) error { return d.handleOne(x.msg, x.id) }
-
-// peekBatch looks up, with one PeekMany, the timeouts of a dispatch batch's first request for
-// each id, and returns those requests (first), the later ones for an id already among them
-// (again: the caller dispatches them alone once the batch is done, when they find their timeout
-// gone) and the timeouts found by id. ok is false when the batch is handled already: a single
-// request, or a lookup that failed, after which every request was dispatched alone.
-func (d *Dispatch) peekBatch(store batchStore, batch []*request[due]) (first, again []*request[due], byID map[string]persistence.Timeout, ok bool) {
-	if len(batch) == 1 {
-		batch[0].done <- d.dispatchAlone(batch[0].item)
-		return nil, nil, nil, false
-	}
-	first, again = firstOfEach(batch, func(x due) string { return x.id })
+// lookUp looks up the timeouts of first (one request per id) with one PeekMany, answers the
+// requests whose timeout is gone, or unreadable, and returns the others. ok is false when the
+// lookup of many failed: the caller dispatches each alone.
+func (d *Dispatch) lookUp(first []*request[due]) (found []forward, ok bool) {
 	ids := make([]string, len(first))
 	for i, r := range first {
 		ids[i] = r.item.id
 	}
-	found, err := store.PeekMany(messageContext(first[0].item.msg), ids)
-	if err != nil {
+	ctx := messageContext(first[0].item.msg)
+	ts, err := d.calls.PeekMany(ctx, ids)
+	if err != nil && len(first) > 1 {
 		d.logger.Debug("Looking up a batch of timeouts failed; dispatching them one by one", watermill.LogFields{"count": len(ids), "error": err.Error()})
-		eachAlone(first, d.dispatchAlone)
-		eachAlone(again, d.dispatchAlone)
-		return nil, nil, nil, false
+		return nil, false
 	}
-	byID = make(map[string]persistence.Timeout, len(found))
-	for _, t := range found {
+	if err != nil {
+		r := first[0]
+		if errors.Is(err, persistence.ErrCorruptMetadata) {
+			r.done <- d.unreadable(r.item.msg, r.item.id, err)
+			return nil, true
+		}
+		d.cfg.Breaker.Failure(ctx, err)
+		r.done <- fmt.Errorf("looking up timeout %s: %w", r.item.id, err)
+		return nil, true
+	}
+	byID := make(map[string]persistence.Timeout, len(ts))
+	for _, t := range ts {
 		byID[t.ID] = t
 	}
-	return first, again, byID, true
-}
-
-// dispatchBatch dispatches the timeouts of batch together: PeekMany, one Publish per
-// destination, RemoveMany. Whatever fails falls back to handleOne's per-message path, so that
-// errors, retries, the error queue and breakers behave exactly as without batching.
-func (d *Dispatch) dispatchBatch(store batchStore, batch []*request[due]) {
-	alone := d.dispatchAlone
-	first, again, byID, ok := d.peekBatch(store, batch)
-	if !ok {
-		return
-	}
-	defer eachAlone(again, alone) // they find their timeout gone
-
-	// Once started, forwards run to their end even while the router shuts down (see handleOne).
-	fwdCtx, cancel := detached(first[0].item.msg)
-	defer cancel()
-	byDestination := map[string][]forward{}
-	var destinations []string
 	for _, r := range first {
 		t, ok := byID[r.item.id]
 		if !ok {
@@ -262,13 +287,22 @@ func (d *Dispatch) dispatchBatch(store batchStore, batch []*request[due]) {
 		}
 		out := message.NewMessage(t.ID, t.Payload)
 		out.Metadata = withoutRoutingHeaders(t.Metadata, wire.IsRoutingHeader)
-		out.SetContext(fwdCtx)
-		if _, ok := byDestination[t.Destination]; !ok {
-			destinations = append(destinations, t.Destination)
-		}
-		byDestination[t.Destination] = append(byDestination[t.Destination], forward{req: r, t: t, out: out})
+		found = append(found, forward{req: r, t: t, out: out})
 	}
+	return found, true
+}
 
+// publishAndRemove publishes the forwards, one Publish per destination, then removes the
+// forwarded timeouts with one RemoveMany: at least once.
+func (d *Dispatch) publishAndRemove(found []forward) {
+	byDestination := map[string][]forward{}
+	var destinations []string
+	for _, f := range found {
+		if _, ok := byDestination[f.t.Destination]; !ok {
+			destinations = append(destinations, f.t.Destination)
+		}
+		byDestination[f.t.Destination] = append(byDestination[f.t.Destination], f)
+	}
 	var sent []forward
 	var failed sync.WaitGroup
 	for _, dest := range destinations {
@@ -300,7 +334,7 @@ func (d *Dispatch) dispatchBatch(store batchStore, batch []*request[due]) {
 		}
 		sent = append(sent, fs...)
 	}
-	d.removeMany(store, sent)
+	d.removeMany(sent)
 	for _, f := range sent {
 		f.req.done <- nil
 	}
@@ -309,7 +343,7 @@ func (d *Dispatch) dispatchBatch(store batchStore, batch []*request[due]) {
 
 // removeMany deletes forwarded timeouts in one call; if that fails, each is removed alone with
 // remove's retries.
-func (d *Dispatch) removeMany(store batchStore, sent []forward) {
+func (d *Dispatch) removeMany(sent []forward) {
 	if len(sent) == 0 {
 		return
 	}
@@ -319,9 +353,11 @@ func (d *Dispatch) removeMany(store batchStore, sent []forward) {
 	for i, f := range sent {
 		ids[i] = f.t.ID
 	}
-	removed, err := store.RemoveMany(ctx, ids)
+	removed, err := d.calls.RemoveMany(ctx, ids)
 	if err != nil {
-		d.logger.Error("Removing a batch of dispatched timeouts failed; removing them one by one", err, watermill.LogFields{"count": len(ids)})
+		if len(sent) > 1 {
+			d.logger.Error("Removing a batch of dispatched timeouts failed; removing them one by one", err, watermill.LogFields{"count": len(ids)})
+		}
 		var wg sync.WaitGroup
 		for _, f := range sent {
 			wg.Add(1)

@@ -2,7 +2,6 @@ package satellites
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -60,11 +59,10 @@ type DispatchConfig struct {
 	// what it holds when it closes). Such a forward is not counted as delivered: its timeout is
 	// kept and its dispatcher message nacked, a possible duplicate rather than a loss. Optional.
 	Interrupted func() bool
-	// MaxBatch bounds how many due timeouts are dispatched together when Store is a persistence.BatchStore
-	// and several dispatcher messages are handled at once (a subscriber with several consumers,
-	// or Watermill's GoChannel, which hands messages over without waiting for acks). Defaults to
-	// DefaultMaxBatch; 1 dispatches each message alone. A Forwarder dispatches each alone unless
-	// it is a BatchForwarder, which forwards the batch in one step.
+	// MaxBatch bounds how many due timeouts are dispatched together when several dispatcher
+	// messages are handled at once (a subscriber with several consumers). Defaults to
+	// DefaultMaxBatch; 1 makes every batch a batch of one. A Forwarder that is not a
+	// BatchForwarder forwards a batch one timeout at a time.
 	MaxBatch int
 }
 
@@ -95,10 +93,12 @@ func (c DispatchConfig) Validate() error {
 // headers, less the routing headers), then removes it. Delivery is at least once: a crash between
 // forward and remove forwards the message again.
 type Dispatch struct {
-	cfg     DispatchConfig
-	queue   string
-	logger  watermill.LoggerAdapter
-	batcher *batcher[due] // nil: each message alone
+	cfg       DispatchConfig
+	queue     string
+	logger    watermill.LoggerAdapter
+	calls     persistence.BatchStore // the store's batch calls, or their fallback
+	forwarder BatchForwarder         // Config.Forwarder, forwarding many at once; nil: publish
+	batcher   *batcher[due]
 }
 
 var _ Satellite = (*Dispatch)(nil)
@@ -112,16 +112,15 @@ func NewDispatch(cfg DispatchConfig, logger watermill.LoggerAdapter) (*Dispatch,
 		cfg.MaxBatch = DefaultMaxBatch
 	}
 	queue := wire.DispatcherQueue(cfg.Endpoint)
-	d := &Dispatch{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue})}
-	if store, ok := cfg.Store.(batchStore); ok && cfg.MaxBatch > 1 {
-		fwd, batches := cfg.Forwarder.(BatchForwarder)
-		switch {
-		case cfg.Forwarder == nil:
-			d.batcher = &batcher[due]{max: cfg.MaxBatch, handle: func(batch []*request[due]) { d.dispatchBatch(store, batch) }}
-		case batches:
-			d.batcher = &batcher[due]{max: cfg.MaxBatch, handle: func(batch []*request[due]) { d.forwardBatch(store, fwd, batch) }}
+	d := &Dispatch{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue}), calls: batchCalls(cfg.Store)}
+	if cfg.Forwarder != nil {
+		if fwd, ok := cfg.Forwarder.(BatchForwarder); ok {
+			d.forwarder = fwd
+		} else {
+			d.forwarder = forwardEach{cfg.Forwarder}
 		}
 	}
+	d.batcher = &batcher[due]{max: cfg.MaxBatch, handle: d.dispatch}
 	return d, nil
 }
 
@@ -137,47 +136,7 @@ func (d *Dispatch) Handle(msg *message.Message) error {
 	if err != nil {
 		return d.cfg.ErrorQueue.Send(msg, recoverability.Failure{Reason: err.Error(), Queue: d.queue, Handler: d.Name()})
 	}
-	if d.batcher != nil {
-		return d.batcher.do(due{msg: msg, id: id})
-	}
-	return d.handleOne(msg, id)
-}
-
-// handleOne dispatches the timeout with that id by itself: Peek, forward, Remove.
-func (d *Dispatch) handleOne(msg *message.Message, id string) error {
-	ctx := messageContext(msg)
-	t, err := d.cfg.Store.Peek(ctx, id)
-	if errors.Is(err, persistence.ErrNotFound) {
-		d.logger.Debug("Timeout already dispatched or cancelled", watermill.LogFields{"timeout_id": id})
-		return nil
-	}
-	if errors.Is(err, persistence.ErrCorruptMetadata) {
-		return d.unreadable(msg, id, err)
-	}
-	if err != nil {
-		d.cfg.Breaker.Failure(ctx, err)
-		return fmt.Errorf("looking up timeout %s: %w", id, err)
-	}
-
-	out := message.NewMessage(t.ID, t.Payload)
-	out.Metadata = withoutRoutingHeaders(t.Metadata, wire.IsRoutingHeader)
-	// Once started, a forward runs to its end even while the router shuts down (which cancels
-	// message contexts): cut short after the broker took the message, it would be sent again.
-	fwdCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterForwardTimeout)
-	defer cancel()
-	out.SetContext(fwdCtx)
-	if d.cfg.Forwarder != nil {
-		return d.forwardAndRemove(msg, t, out)
-	}
-	if err := d.cfg.Publisher.Publish(t.Destination, out); err != nil {
-		return d.forwardFailed(msg, t, out, err)
-	}
-	if d.interrupted() {
-		return d.cutShort(t, nil)
-	}
-	d.dispatched(t)
-	d.remove(msg, id)
-	return nil
+	return d.batcher.do(due{msg: msg, id: id})
 }
 
 func (d *Dispatch) stopping() bool    { return d.cfg.Stopping != nil && d.cfg.Stopping() }
@@ -197,20 +156,6 @@ func stopErr(what string, cause error) error {
 		return fmt.Errorf("%s cut short by the endpoint's stop: %w", what, context.Canceled)
 	}
 	return fmt.Errorf("%s cut short by the endpoint's stop (%v): %w", what, cause, context.Canceled)
-}
-
-// forwardAndRemove lets the configured Forwarder deliver and remove in one step (exactly once).
-func (d *Dispatch) forwardAndRemove(msg *message.Message, t persistence.Timeout, out *message.Message) error {
-	removed, err := d.cfg.Forwarder.Forward(messageContext(msg), t, out)
-	if err != nil {
-		return d.forwardFailed(msg, t, out, err)
-	}
-	if !removed {
-		d.logger.Debug("Timeout already dispatched or cancelled; nothing forwarded", watermill.LogFields{"timeout_id": t.ID})
-		return nil
-	}
-	d.dispatched(t)
-	return nil
 }
 
 func (d *Dispatch) dispatched(t persistence.Timeout) {
@@ -294,9 +239,9 @@ func (d *Dispatch) remove(msg *message.Message, id string) {
 	defer cancel()
 	fields := watermill.LogFields{"timeout_id": id}
 	for {
-		removed, err := d.cfg.Store.Remove(ctx, id)
+		removed, err := d.calls.RemoveMany(ctx, []string{id})
 		switch {
-		case err == nil && !removed:
+		case err == nil && len(removed) == 0:
 			d.logger.Info("Dispatched timeout was already gone: possible duplicate delivery", fields)
 			return
 		case err == nil:

@@ -2,13 +2,11 @@ package satellites
 
 import (
 	"context"
-	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/timeoutmill/timeoutmill/persistence"
-	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 // BatchForwarder is a Forwarder that also forwards many due timeouts in one step: a transport
@@ -33,67 +31,39 @@ type Forwarding struct {
 	Message *message.Message
 }
 
-// forwardBatch dispatches the timeouts of batch together through a BatchForwarder: PeekMany,
-// then one ForwardMany. Whatever fails falls back to handleOne, which forwards each alone with
-// Forward, so that errors, retries, the error queue and breakers behave exactly as without
-// batching, and every forward stays exactly once.
-func (d *Dispatch) forwardBatch(store batchStore, fwd BatchForwarder, batch []*request[due]) {
-	alone := d.dispatchAlone
-	first, again, byID, ok := d.peekBatch(store, batch)
-	if !ok {
-		return
+// forwardMany forwards and removes the timeouts in one ForwardMany (exactly once). If a batch of
+// many fails, each is dispatched alone, looked up again first: a commit whose outcome was unknown
+// may have gone through, and its timeouts are then found gone rather than forwarded twice.
+func (d *Dispatch) forwardMany(ctx context.Context, found []forward) {
+	fs := make([]Forwarding, len(found))
+	for i, f := range found {
+		fs[i] = Forwarding{Timeout: f.t, Message: f.out}
 	}
-	defer eachAlone(again, alone) // they find their timeout gone
-
-	// The forward runs to its end even while the router shuts down (see handleOne); it is one
-	// transaction, so cutting it short would only undo it.
-	fwdCtx, cancel := detached(first[0].item.msg)
-	defer cancel()
-	var (
-		fs   []Forwarding
-		reqs = map[string]*request[due]{}
-	)
-	for _, r := range first {
-		t, ok := byID[r.item.id]
-		if !ok {
-			d.logger.Debug("Timeout already dispatched or cancelled", watermill.LogFields{"timeout_id": r.item.id})
-			r.done <- nil
-			continue
-		}
-		out := message.NewMessage(t.ID, t.Payload)
-		out.Metadata = withoutRoutingHeaders(t.Metadata, wire.IsRoutingHeader)
-		out.SetContext(fwdCtx)
-		fs = append(fs, Forwarding{Timeout: t, Message: out})
-		reqs[t.ID] = r
-	}
-	if len(fs) == 0 {
-		return
-	}
-	removed, err := fwd.ForwardMany(fwdCtx, fs)
-	if err != nil {
+	removed, err := d.forwarder.ForwardMany(ctx, fs)
+	if err != nil && len(found) > 1 {
 		d.logger.Debug("Forwarding a batch of timeouts failed; forwarding them one by one", watermill.LogFields{"count": len(fs), "error": err.Error()})
-		var wg sync.WaitGroup
-		for _, f := range fs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r := reqs[f.Timeout.ID]
-				r.done <- alone(r.item)
-			}()
+		reqs := make([]*request[due], len(found))
+		for i, f := range found {
+			reqs[i] = f.req
 		}
-		wg.Wait()
+		eachAlone(reqs, d.dispatch)
+		return
+	}
+	if err != nil {
+		f := found[0]
+		f.req.done <- d.forwardFailed(f.req.item.msg, f.t, f.out, err)
 		return
 	}
 	gone := make(map[string]bool, len(removed))
 	for _, id := range removed {
 		gone[id] = true
 	}
-	for _, f := range fs {
-		if gone[f.Timeout.ID] {
-			d.dispatched(f.Timeout)
+	for _, f := range found {
+		if gone[f.t.ID] {
+			d.dispatched(f.t)
 		} else {
-			d.logger.Debug("Timeout already dispatched or cancelled; nothing forwarded", watermill.LogFields{"timeout_id": f.Timeout.ID})
+			d.logger.Debug("Timeout already dispatched or cancelled; nothing forwarded", watermill.LogFields{"timeout_id": f.t.ID})
 		}
-		reqs[f.Timeout.ID].done <- nil
+		f.req.done <- nil
 	}
 }

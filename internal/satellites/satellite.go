@@ -12,7 +12,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/timeoutmill/timeoutmill/internal/configerr"
-	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
 // Satellite is an internal receiver on a dedicated queue.
@@ -23,12 +22,6 @@ type Satellite interface {
 	Queue() string
 	// Handle processes one message. A nil error acks it; an error nacks it for redelivery.
 	Handle(msg *message.Message) error
-}
-
-// batchStore is a store with the optional batch calls (persistence.BatchStore).
-type batchStore interface {
-	persistence.Store
-	persistence.BatchStore
 }
 
 // ErrInvalidConfig is wrapped by every configuration error of this package.

@@ -27,9 +27,9 @@ type StoreConfig struct {
 	// OnStored is told the due time of each newly stored timeout, so the poller can wake early.
 	// Optional.
 	OnStored func(due time.Time)
-	// MaxBatch bounds how many delayed messages are stored together when Store is a persistence.BatchStore
-	// and several are handled at once (a subscriber with several consumers, or Watermill's
-	// GoChannel). Defaults to DefaultMaxBatch; 1 stores each message alone.
+	// MaxBatch bounds how many delayed messages are stored together when several are handled at
+	// once (a subscriber with several consumers). Defaults to DefaultMaxBatch; 1 makes every
+	// batch a batch of one.
 	MaxBatch int
 }
 
@@ -58,7 +58,8 @@ type Store struct {
 	cfg     StoreConfig
 	queue   string
 	logger  watermill.LoggerAdapter
-	batcher *batcher[delayed] // nil: each message alone
+	calls   persistence.BatchStore // the store's batch calls, or their fallback
+	batcher *batcher[delayed]
 }
 
 var _ Satellite = (*Store)(nil)
@@ -72,10 +73,8 @@ func NewStore(cfg StoreConfig, logger watermill.LoggerAdapter) (*Store, error) {
 		cfg.MaxBatch = DefaultMaxBatch
 	}
 	queue := wire.TimeoutsQueue(cfg.Endpoint)
-	s := &Store{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue})}
-	if store, ok := cfg.Store.(batchStore); ok && cfg.MaxBatch > 1 {
-		s.batcher = &batcher[delayed]{max: cfg.MaxBatch, handle: func(batch []*request[delayed]) { s.storeBatch(store, batch) }}
-	}
+	s := &Store{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue}), calls: batchCalls(cfg.Store)}
+	s.batcher = &batcher[delayed]{max: cfg.MaxBatch, handle: s.store}
 	return s, nil
 }
 
@@ -91,35 +90,7 @@ func (s *Store) Handle(msg *message.Message) error {
 	if err != nil {
 		return s.reject(msg, err.Error())
 	}
-	if s.batcher != nil {
-		return s.batcher.do(delayed{msg: msg, t: t})
-	}
-	return s.storeOne(msg, t)
-}
-
-// storeOne stores one timeout read from msg by itself.
-func (s *Store) storeOne(msg *message.Message, t persistence.Timeout) error {
-	// A store that started runs to its end even while the router shuts down (which cancels
-	// message contexts): the Pub/Sub may count the message as handed over already.
-	ctx, cancel := detached(msg)
-	defer cancel()
-	inserted, err := s.cfg.Store.Store(ctx, t)
-	if errors.Is(err, persistence.ErrInvalidTimeout) {
-		return s.reject(msg, err.Error())
-	}
-	if err != nil {
-		s.logger.Error("Storing timeout failed; will retry", err, watermill.LogFields{"timeout_id": t.ID})
-		s.cfg.Breaker.Failure(ctx, err)
-		return fmt.Errorf("storing timeout %s: %w", t.ID, err)
-	}
-	s.cfg.Breaker.Success()
-	if inserted {
-		if s.cfg.OnStored != nil {
-			s.cfg.OnStored(t.Due)
-		}
-		return nil
-	}
-	return s.checkDuplicate(msg, t)
+	return s.batcher.do(delayed{msg: msg, t: t})
 }
 
 // timeoutOf reads a delayed message into a Timeout, or says why it cannot be stored.
