@@ -2,7 +2,6 @@ package acceptance
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -11,38 +10,14 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/stopcycles"
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
-	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/postgres"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 )
 
-// amqpProcess is a process on RabbitMQ and PostgreSQL whose router runs the timeout manager and
-// the destination's handler on one subscriber, as the GoChannel quick start does.
-type amqpProcess struct {
-	pub     *amqptransport.Publisher
-	sub     *amqptransport.Subscriber
-	store   persistence.Store
-	manager *timeouts.Manager
-	router  *message.Router
-	ran     chan error
-}
-
-func (p *amqpProcess) Publisher() message.Publisher { return p.manager.Publisher() }
-func (p *amqpProcess) Err() error                   { return p.manager.Err() }
-
-func (p *amqpProcess) Stop() error {
-	if err := p.router.Close(); err != nil {
-		return err
-	}
-	if err := <-p.ran; err != nil {
-		return err
-	}
-	<-p.manager.Done()
-	return errors.Join(p.store.Close(), p.sub.Close(), p.pub.Close())
-}
-
 // Not parallel: it measures lateness, and runs alone in its package before the parallel tests.
+// The manager and the destination's handler share one router and one subscriber, as in the
+// GoChannel quick start.
 func TestGracefulStopsOnRabbitMQAndPostgreSQLLoseNothing(t *testing.T) {
 	e := newEnv(t, "stops")
 	dsn, schema := testenv.PostgresSchema(t)
@@ -83,10 +58,7 @@ func TestGracefulStopsOnRabbitMQAndPostgreSQLLoseNothing(t *testing.T) {
 				rec.ErrorQueue(msg)
 				return nil
 			})
-			p := &amqpProcess{pub: pub, sub: sub, store: store, manager: manager, router: router, ran: make(chan error, 1)}
-			go func() { p.ran <- router.Run(context.Background()) }()
-			<-router.Running()
-			return p
+			return stopcycles.RunRouter(manager, router, store.Close, sub.Close, pub.Close)
 		},
 	})
 }

@@ -19,36 +19,8 @@ import (
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
-// goChannelProcess is the quick start's set-up: one GoChannel carries the manager's queues and
-// the destination, whose handler shares the manager's router.
-type goChannelProcess struct {
-	pubSub  *gochannel.GoChannel
-	store   persistence.Store
-	closeDB bool
-	manager *timeouts.Manager
-	router  *message.Router
-	ran     chan error
-}
-
-func (p *goChannelProcess) Publisher() message.Publisher { return p.manager.Publisher() }
-func (p *goChannelProcess) Err() error                   { return p.manager.Err() }
-
-func (p *goChannelProcess) Stop() error {
-	if err := p.router.Close(); err != nil {
-		return err
-	}
-	if err := <-p.ran; err != nil {
-		return err
-	}
-	<-p.manager.Done()
-	if p.closeDB {
-		if err := p.store.Close(); err != nil {
-			return err
-		}
-	}
-	return p.pubSub.Close()
-}
-
+// startGoChannelProcess is the quick start's set-up: one GoChannel carries the manager's queues
+// and the destination, whose handler shares the manager's router.
 func startGoChannelProcess(t *testing.T, store persistence.Store, closeDB bool, rec *stopcycles.Recorder) stopcycles.Process {
 	t.Helper()
 	logger := watermill.NopLogger{}
@@ -76,10 +48,11 @@ func startGoChannelProcess(t *testing.T, store persistence.Store, closeDB bool, 
 		rec.ErrorQueue(msg)
 		return nil
 	})
-	p := &goChannelProcess{pubSub: pubSub, store: store, closeDB: closeDB, manager: manager, router: router, ran: make(chan error, 1)}
-	go func() { p.ran <- router.Run(context.Background()) }()
-	<-router.Running()
-	return p
+	closers := []func() error{pubSub.Close}
+	if closeDB {
+		closers = []func() error{store.Close, pubSub.Close}
+	}
+	return stopcycles.RunRouter(manager, router, closers...)
 }
 
 // Not parallel: it measures lateness, and runs alone in its package before the parallel tests.

@@ -5,6 +5,7 @@ package stopcycles
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -32,6 +33,41 @@ type Process interface {
 	Stop() error
 	// Err is the manager's Err.
 	Err() error
+}
+
+// RunRouter runs router, which manager was added to, and returns the process it makes: its Stop
+// closes the router, waits for Run and the manager's Done, then calls closers in order (the
+// store, then the Pub/Sub).
+func RunRouter(manager *timeouts.Manager, router *message.Router, closers ...func() error) Process {
+	p := &routerProcess{manager: manager, router: router, closers: closers, ran: make(chan error, 1)}
+	go func() { p.ran <- router.Run(context.Background()) }()
+	<-router.Running()
+	return p
+}
+
+type routerProcess struct {
+	manager *timeouts.Manager
+	router  *message.Router
+	closers []func() error
+	ran     chan error
+}
+
+func (p *routerProcess) Publisher() message.Publisher { return p.manager.Publisher() }
+func (p *routerProcess) Err() error                   { return p.manager.Err() }
+
+func (p *routerProcess) Stop() error {
+	if err := p.router.Close(); err != nil {
+		return err
+	}
+	if err := <-p.ran; err != nil {
+		return err
+	}
+	<-p.manager.Done()
+	var errs []error
+	for _, c := range p.closers {
+		errs = append(errs, c())
+	}
+	return errors.Join(errs...)
 }
 
 // Recorder is handed to Start: the process calls Delivered from its Destination handler and
