@@ -14,10 +14,10 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/critical"
 	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
-	"github.com/timeoutmill/timeoutmill/recoverability"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -107,7 +107,7 @@ func setupBatch(t *testing.T, mutate func(*satellites.DispatchConfig)) *batchBun
 	t.Cleanup(breaker.Stop)
 	cfg := satellites.DispatchConfig{
 		Endpoint: endpoint, Store: b.store, Publisher: b.published,
-		ErrorQueue: recoverability.NewErrorQueue(b.published, ""), Breaker: breaker,
+		ErrorQueue: errorqueue.New(b.published, ""), Breaker: breaker,
 	}
 	if mutate != nil {
 		mutate(&cfg)
@@ -291,7 +291,7 @@ func (b *batchBundle) storeSatellite(t *testing.T, stored func(time.Time)) *sate
 	require.NoError(t, err)
 	t.Cleanup(breaker.Stop)
 	s, err := satellites.NewStore(satellites.StoreConfig{
-		Endpoint: endpoint, Store: b.store, ErrorQueue: recoverability.NewErrorQueue(b.published, ""),
+		Endpoint: endpoint, Store: b.store, ErrorQueue: errorqueue.New(b.published, ""),
 		Breaker: breaker, OnStored: stored,
 	}, watermill.NopLogger{})
 	require.NoError(t, err)

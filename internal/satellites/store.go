@@ -9,8 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/timeoutmill/timeoutmill/internal/critical"
+	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/persistence"
-	"github.com/timeoutmill/timeoutmill/recoverability"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -21,7 +21,7 @@ type StoreConfig struct {
 	// Store keeps the timeouts. Required.
 	Store persistence.Store
 	// ErrorQueue receives messages that can never be stored. Required.
-	ErrorQueue *recoverability.ErrorQueue
+	ErrorQueue *errorqueue.Queue
 	// Breaker watches storage failures (TimeToTriggerStoreCircuitBreaker). Required.
 	Breaker *critical.CircuitBreaker
 	// OnStored is told the due time of each newly stored timeout, so the poller can wake early.
@@ -179,5 +179,5 @@ func (s *Store) checkDuplicate(msg *message.Message, t persistence.Timeout) erro
 func (s *Store) reject(msg *message.Message, reason string) error {
 	s.logger.Error("Delayed message cannot be stored; moving it to the error queue", errors.New(reason),
 		watermill.LogFields{"message_uuid": msg.UUID, "error_queue": s.cfg.ErrorQueue.Topic()})
-	return s.cfg.ErrorQueue.Send(msg, recoverability.Failure{Reason: reason, Queue: s.queue, Handler: s.Name()})
+	return s.cfg.ErrorQueue.Send(msg, errorqueue.Failure{Reason: reason, Queue: s.queue, Handler: s.Name()})
 }
