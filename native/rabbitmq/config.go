@@ -8,6 +8,7 @@ import (
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 	"github.com/timeoutmill/timeoutmill/internal/coalesce"
 	"github.com/timeoutmill/timeoutmill/internal/configerr"
 	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
@@ -98,7 +99,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: URL is required (amqp://user:password@host:port/vhost)", ErrInvalidConfig)
 	}
 	if _, err := amqp.ParseURI(c.URL); err != nil {
-		return fmt.Errorf("%w: URL %s: %s", ErrInvalidConfig, amqptransport.Redact(c.URL), redactText(err.Error(), c.URL))
+		return fmt.Errorf("%w: URL %s: %s", ErrInvalidConfig, amqpconn.Redact(c.URL), redactText(err.Error(), c.URL))
 	}
 	if _, err := nativedelay.NewTopology(c.Prefix, c.QueueType); err != nil {
 		return err

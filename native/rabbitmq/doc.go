@@ -15,9 +15,9 @@
 //	timeouts.DeliverAfter(msg, 90*time.Minute)
 //	err = pub.Publish("orders", msg) // arrives on queue "orders" in 90 minutes
 //
-// Consume destinations with amqptransport's Subscriber (or its Marshaler): the broker adds an
-// x-death header to every message it dead-letters from level to level, which watermill-amqp's
-// own marshaler cannot read; amqptransport's drops it.
+// Consume destinations with amqptransport's Subscriber: the broker adds an x-death header to
+// every message it dead-letters from level to level, which watermill-amqp's own marshaler cannot
+// read; amqptransport's Subscriber drops it.
 //
 // # Topology
 //

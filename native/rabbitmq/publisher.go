@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
+	"github.com/timeoutmill/timeoutmill/internal/amqpmarshal"
 	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -36,7 +37,7 @@ var (
 // mandatory and confirmed: one the broker returns (a missing binding) or refuses makes Publish
 // fail, never vanishes. Delivered messages keep their body, UUID and headers, less the timeout
 // manager's routing headers; the broker adds x-death on the way, which amqptransport's
-// Marshaler drops when the destination consumes them.
+// Subscriber drops when the destination consumes them.
 type Publisher struct {
 	topo     nativedelay.Topology
 	url      string
@@ -240,7 +241,7 @@ func (p *Publisher) outgoing(now time.Time, d Delayed) (nativedelay.Outgoing, er
 	if level := nativedelay.Level(seconds); level >= 0 {
 		exchange = p.topo.Exchange(level)
 	}
-	msg, err := amqptransport.Marshaler{}.Marshal(withoutRouting(d.Message))
+	msg, err := amqpmarshal.Marshaler{}.Marshal(withoutRouting(d.Message))
 	if err != nil {
 		return nativedelay.Outgoing{}, fmt.Errorf("marshaling message %s: %w", d.Message.UUID, err)
 	}

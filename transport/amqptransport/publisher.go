@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
+	"github.com/timeoutmill/timeoutmill/internal/amqpmarshal"
 	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
@@ -47,7 +48,7 @@ type Publisher struct {
 	conn      *amqpconn.Conn
 	pool      *channelPool
 	declarer  *declarer
-	marshaler Marshaler
+	marshaler amqpmarshal.Marshaler
 	logger    watermill.LoggerAdapter
 	// transientAnnouncements publishes dispatcherqueue announcements as transient messages.
 	transientAnnouncements bool
@@ -251,7 +252,7 @@ func validateTopic(topic string) error {
 func connect(config Config, role string, logger watermill.LoggerAdapter) (*amqpconn.Conn, error) {
 	conn, err := amqpconn.Dial(config.URL, config.amqpConfig(role), config.backoff(), logger)
 	if err != nil {
-		return nil, fmt.Errorf("amqptransport: connecting the %s to %s: %w", role, Redact(config.URL), redactError(err, config.URL))
+		return nil, fmt.Errorf("amqptransport: connecting the %s to %s: %w", role, amqpconn.Redact(config.URL), amqpconn.RedactError(err, config.URL))
 	}
 	return conn, nil
 }
@@ -260,5 +261,5 @@ func withBroker(logger watermill.LoggerAdapter, config Config) watermill.LoggerA
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return logger.With(watermill.LogFields{"broker": Redact(config.URL)})
+	return logger.With(watermill.LogFields{"broker": amqpconn.Redact(config.URL)})
 }
