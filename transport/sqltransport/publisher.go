@@ -134,8 +134,8 @@ func (p *Publisher) Table(topic string) (string, error) {
 	return p.schema.quoted(topic), nil
 }
 
-// Dialect is the database the Publisher writes to.
-func (p *Publisher) Dialect() Dialect { return p.config.Dialect }
+// dialect is the database the Publisher writes to.
+func (p *Publisher) dialect() Dialect { return p.config.Dialect }
 
 // Close waits for publishes in flight, then closes the pool if the Publisher opened it. Publish
 // fails with ErrClosed afterwards. It is safe to call more than once.
