@@ -6,8 +6,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
-	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 // DefaultMaxBatch is the default of DispatchConfig.MaxBatch and StoreConfig.MaxBatch.
@@ -262,7 +262,7 @@ func (d *Dispatch) dispatchBatch(store batchStore, batch []*request[due]) {
 			continue
 		}
 		out := message.NewMessage(t.ID, t.Payload)
-		out.Metadata = withoutRoutingHeaders(t.Metadata, wire.IsRoutingHeader)
+		out.Metadata = withoutRoutingHeaders(t.Metadata, wireparse.IsRoutingHeader)
 		out.SetContext(fwdCtx)
 		if _, ok := byDestination[t.Destination]; !ok {
 			destinations = append(destinations, t.Destination)

@@ -16,6 +16,7 @@ import (
 	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -300,7 +301,7 @@ func (b *batchBundle) storeSatellite(t *testing.T, stored func(time.Time)) *sate
 
 func delayedMessage(id, destination string, due time.Time) *message.Message {
 	msg := message.NewMessage(id, []byte("charge "+id))
-	msg.Metadata.Set(wire.HeaderExpire, wire.FormatExpire(due))
+	msg.Metadata.Set(wire.HeaderExpire, wireparse.FormatExpire(due))
 	msg.Metadata.Set(wire.HeaderDestination, destination)
 	msg.Metadata.Set("trace-id", id)
 	return msg

@@ -13,6 +13,7 @@ import (
 	"github.com/timeoutmill/timeoutmill/internal/critical"
 	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
@@ -70,7 +71,7 @@ type DispatchConfig struct {
 
 // Validate reports the first missing or impossible setting.
 func (c DispatchConfig) Validate() error {
-	if err := wire.ValidateName("endpoint", c.Endpoint); err != nil {
+	if err := wireparse.ValidateName("endpoint", c.Endpoint); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	switch {
@@ -160,7 +161,7 @@ func (d *Dispatch) handleOne(msg *message.Message, id string) error {
 	}
 
 	out := message.NewMessage(t.ID, t.Payload)
-	out.Metadata = withoutRoutingHeaders(t.Metadata, wire.IsRoutingHeader)
+	out.Metadata = withoutRoutingHeaders(t.Metadata, wireparse.IsRoutingHeader)
 	// Once started, a forward runs to its end even while the router shuts down (which cancels
 	// message contexts): cut short after the broker took the message, it would be sent again.
 	fwdCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterForwardTimeout)
@@ -249,7 +250,7 @@ func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, ou
 		return fmt.Errorf("forwarding timeout %s to %s (attempt %d of %d): %w", t.ID, t.Destination, attempts, d.cfg.NumberOfRetries+1, cause)
 	}
 	out.Metadata.Set(wire.HeaderDestination, t.Destination)
-	out.Metadata.Set(wire.HeaderExpire, wire.FormatExpire(t.Due))
+	out.Metadata.Set(wire.HeaderExpire, wireparse.FormatExpire(t.Due))
 	if t.Owner != "" {
 		out.Metadata.Set(wire.HeaderOwner, t.Owner)
 	}

@@ -7,8 +7,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
-	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 // BatchForwarder is a Forwarder that also forwards many due timeouts in one step: a transport
@@ -61,7 +61,7 @@ func (d *Dispatch) forwardBatch(store batchStore, fwd BatchForwarder, batch []*r
 			continue
 		}
 		out := message.NewMessage(t.ID, t.Payload)
-		out.Metadata = withoutRoutingHeaders(t.Metadata, wire.IsRoutingHeader)
+		out.Metadata = withoutRoutingHeaders(t.Metadata, wireparse.IsRoutingHeader)
 		out.SetContext(fwdCtx)
 		fs = append(fs, Forwarding{Timeout: t, Message: out})
 		reqs[t.ID] = r

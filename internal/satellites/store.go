@@ -10,6 +10,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/critical"
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
@@ -35,7 +36,7 @@ type StoreConfig struct {
 
 // Validate reports the first missing setting.
 func (c StoreConfig) Validate() error {
-	if err := wire.ValidateName("endpoint", c.Endpoint); err != nil {
+	if err := wireparse.ValidateName("endpoint", c.Endpoint); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	switch {
@@ -124,7 +125,7 @@ func (s *Store) storeOne(msg *message.Message, t persistence.Timeout) error {
 
 // timeoutOf reads a delayed message into a Timeout, or says why it cannot be stored.
 func (s *Store) timeoutOf(msg *message.Message) (persistence.Timeout, error) {
-	due, delayed, err := wire.Due(msg.Metadata, time.Now())
+	due, delayed, err := wireparse.Due(msg.Metadata, time.Now())
 	if err != nil {
 		return persistence.Timeout{}, err
 	}
@@ -134,7 +135,7 @@ func (s *Store) timeoutOf(msg *message.Message) (persistence.Timeout, error) {
 	if due.Before(persistence.MinDue) {
 		due = persistence.MinDue // long past is simply due: deliver at once
 	}
-	dest, err := wire.Destination(msg.Metadata)
+	dest, err := wireparse.Destination(msg.Metadata)
 	if err != nil {
 		return persistence.Timeout{}, err
 	}
@@ -152,7 +153,7 @@ func (s *Store) timeoutOf(msg *message.Message) (persistence.Timeout, error) {
 		Due:         due,
 		Owner:       msg.Metadata.Get(wire.HeaderOwner),
 		Payload:     msg.Payload,
-		Metadata:    withoutRoutingHeaders(msg.Metadata, wire.IsRoutingHeader),
+		Metadata:    withoutRoutingHeaders(msg.Metadata, wireparse.IsRoutingHeader),
 	}, nil
 }
 
@@ -173,7 +174,7 @@ func (s *Store) checkDuplicate(msg *message.Message, t persistence.Timeout) erro
 	}
 	return s.reject(msg, fmt.Sprintf(
 		"a timeout with id %s is already scheduled for %q at %s; this message for %q at %s reuses its UUID and cannot be stored (give each delayed message its own UUID)",
-		t.ID, existing.Destination, wire.FormatExpire(existing.Due), t.Destination, wire.FormatExpire(t.Due)))
+		t.ID, existing.Destination, wireparse.FormatExpire(existing.Due), t.Destination, wireparse.FormatExpire(t.Due)))
 }
 
 func (s *Store) reject(msg *message.Message, reason string) error {

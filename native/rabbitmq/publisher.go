@@ -14,8 +14,8 @@ import (
 	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 	"github.com/timeoutmill/timeoutmill/internal/amqpmarshal"
 	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
-	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 var (
@@ -140,7 +140,7 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	now := p.now()
 	out := make([]Delayed, len(messages))
 	for i, msg := range messages {
-		due, _, err := wire.Due(msg.Metadata, now)
+		due, _, err := wireparse.Due(msg.Metadata, now)
 		if err != nil {
 			return fmt.Errorf("rabbitmq: message %s for %s: %w", msg.UUID, topic, err)
 		}
@@ -254,7 +254,7 @@ func withoutRouting(msg *message.Message) *message.Message {
 	out := message.NewMessage(msg.UUID, msg.Payload)
 	out.Metadata = make(message.Metadata, len(msg.Metadata))
 	for k, v := range msg.Metadata {
-		if !wire.IsRoutingHeader(k) {
+		if !wireparse.IsRoutingHeader(k) {
 			out.Metadata[k] = v
 		}
 	}

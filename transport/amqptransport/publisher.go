@@ -13,6 +13,7 @@ import (
 	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 	"github.com/timeoutmill/timeoutmill/internal/amqpmarshal"
 	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -201,13 +202,13 @@ func (p *Publisher) send(ctx context.Context, c pooledChannel, topic string, mes
 // installers. Queues that exist are left as they are, so it is idempotent. It asks the broker
 // each time, even for queues this Publisher declared before.
 func (p *Publisher) DeclareEndpoint(ctx context.Context, endpoint, errorQueue string) error {
-	if err := wire.ValidateName("endpoint", endpoint); err != nil {
+	if err := wireparse.ValidateName("endpoint", endpoint); err != nil {
 		return fmt.Errorf("amqptransport: %w", err)
 	}
 	if errorQueue == "" {
 		errorQueue = wire.DefaultErrorQueue
 	}
-	if err := wire.ValidateName("error queue", errorQueue); err != nil {
+	if err := wireparse.ValidateName("error queue", errorQueue); err != nil {
 		return fmt.Errorf("amqptransport: %w", err)
 	}
 	return p.DeclareQueues(ctx, wire.TimeoutsQueue(endpoint), wire.DispatcherQueue(endpoint), errorQueue)
