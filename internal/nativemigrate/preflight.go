@@ -25,7 +25,8 @@ type Preflight struct {
 	Now time.Time
 	// Survey describes the timeouts due at or after the cutoff.
 	Survey persistence.Survey
-	// Topology is nil when the delay infrastructure passed Verify (an error wrapping ErrTopology, a *nativedelay.VerifyError, otherwise).
+	// Topology is nil when the delay infrastructure passed Verify (an error wrapping ErrTopology, a
+	// *nativedelay.VerifyError, otherwise).
 	Topology error
 	// MissingDestinations are destination queues that do not exist, with their timeout counts.
 	MissingDestinations map[string]int

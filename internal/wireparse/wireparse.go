@@ -12,13 +12,14 @@ import (
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
-// FormatExpire formats t for wire.HeaderExpire: RFC 3339 in UTC with as many fractional digits as needed.
+// FormatExpire formats t for wire.HeaderExpire: RFC 3339 in UTC with as many fractional digits as
+// needed.
 func FormatExpire(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-// ParseExpire parses a wire.HeaderExpire value: RFC 3339, fractional seconds allowed, any offset. The
-// result is in UTC and rounded up to wire.Precision.
+// ParseExpire parses a wire.HeaderExpire value: RFC 3339, fractional seconds allowed, any offset.
+// The result is in UTC and rounded up to wire.Precision.
 func ParseExpire(value string) (time.Time, error) {
 	if strings.TrimSpace(value) == "" {
 		return time.Time{}, fmt.Errorf("%w: %s is empty", wire.ErrInvalidHeader, wire.HeaderExpire)
@@ -40,14 +41,15 @@ func RoundUp(t time.Time) time.Time {
 }
 
 // Due reports when a message with the given headers may be delivered, and whether it carries a
-// delay at all. wire.HeaderExpire wins; without it Watermill's wire.HeaderWatermillDelayedUntil is honoured.
+// delay at all. wire.HeaderExpire wins; without it Watermill's wire.HeaderWatermillDelayedUntil is
+// honoured.
 //
 // Watermill writes its key in whole seconds, truncating the time it was asked for, so taken as it
 // stands it would deliver up to a second early. When the value has no fractional part, the due
-// time is the later of the value and now plus wire.HeaderWatermillDelayedFor, capped at the end of that
-// second (the time asked for lies inside it); without a usable wire.HeaderWatermillDelayedFor it is the
-// end of that second. Either way the message is never delivered before the time asked for. now is
-// the moment the message is being published or received.
+// time is the later of the value and now plus wire.HeaderWatermillDelayedFor, capped at the end of
+// that second (the time asked for lies inside it); without a usable wire.HeaderWatermillDelayedFor
+// it is the end of that second. Either way the message is never delivered before the time asked
+// for. now is the moment the message is being published or received.
 func Due(metadata map[string]string, now time.Time) (due time.Time, delayed bool, err error) {
 	if v, ok := metadata[wire.HeaderExpire]; ok {
 		due, err := ParseExpire(v)
