@@ -11,9 +11,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/timeouts"
-	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 // TestTwoManagersDeliverEachOfManyTimeoutsExactlyOnce runs two instances of one endpoint (two
@@ -54,7 +54,7 @@ func TestTwoManagersDeliverEachOfManyTimeoutsExactlyOnce(t *testing.T) {
 		var first, last time.Time
 		for len(seen) < count {
 			got := await(t, delivered, untilDue(due)+stallBound)
-			require.False(t, got.at.Before(wire.RoundUp(due)), "message %s delivered %s early", got.msg.UUID, due.Sub(got.at))
+			require.False(t, got.at.Before(wireparse.RoundUp(due)), "message %s delivered %s early", got.msg.UUID, due.Sub(got.at))
 			require.True(t, ids[got.msg.UUID], "unknown message %s", got.msg.UUID)
 			seen[got.msg.UUID]++
 			require.Equal(t, 1, seen[got.msg.UUID], "message %s delivered twice", got.msg.UUID)

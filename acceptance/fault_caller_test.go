@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -36,8 +37,8 @@ func TestFaultHostileInputErrorsToTheCaller(t *testing.T) {
 		"year 10000":                  {"dest", map[string]string{wire.HeaderExpire: "10000-01-01T00:00:00Z"}},
 		"no offset":                   {"dest", map[string]string{wire.HeaderExpire: "2099-01-01T00:00:00"}},
 		"garbage Watermill delay key": {"dest", map[string]string{wire.HeaderWatermillDelayedUntil: "soon"}},
-		"delayed to an empty topic":   {"", map[string]string{wire.HeaderExpire: wire.FormatExpire(time.Now().Add(time.Hour))}},
-		"delayed to a control char":   {"a\nb", map[string]string{wire.HeaderExpire: wire.FormatExpire(time.Now().Add(time.Hour))}},
+		"delayed to an empty topic":   {"", map[string]string{wire.HeaderExpire: wireparse.FormatExpire(time.Now().Add(time.Hour))}},
+		"delayed to a control char":   {"a\nb", map[string]string{wire.HeaderExpire: wireparse.FormatExpire(time.Now().Add(time.Hour))}},
 	} {
 		msg := message.NewMessage(watermill.NewUUID(), []byte("x"))
 		for k, v := range tc.md {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/connect"
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/transport/sqltransport"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
@@ -126,7 +127,7 @@ func TestFaultKill9ExactlyOnce(t *testing.T) {
 			batch := make([]*message.Message, 0, 200)
 			for _, m := range msgs[start:min(start+200, len(msgs))] {
 				wm := message.NewMessage(m.id, m.body)
-				wm.Metadata.Set(wire.HeaderExpire, wire.FormatExpire(m.due))
+				wm.Metadata.Set(wire.HeaderExpire, wireparse.FormatExpire(m.due))
 				wm.Metadata.Set(wire.HeaderDestination, m.destination)
 				batch = append(batch, wm)
 			}

@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -87,7 +88,7 @@ func (m timeoutMsg) publishing() amqp.Publishing {
 		DeliveryMode: amqp.Persistent,
 		Body:         m.body,
 		Headers: amqp.Table{
-			wire.HeaderExpire:      wire.FormatExpire(m.due),
+			wire.HeaderExpire:      wireparse.FormatExpire(m.due),
 			wire.HeaderDestination: m.destination,
 		},
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -52,7 +53,7 @@ func TestFaultHostileInputEndsAsAnErrorOrADelivery(t *testing.T) {
 	errs := client.consumeKeeping(t, e.errorQueue, true)
 
 	now := time.Now()
-	soon := wire.FormatExpire(now.Add(time.Second))
+	soon := wireparse.FormatExpire(now.Add(time.Second))
 	big := make([]byte, 16<<20)
 	_, err := rand.Read(big)
 	require.NoError(t, err)
@@ -262,7 +263,7 @@ func TestFaultHostileEndpointNames(t *testing.T) {
 	var report []string
 	for _, s := range stores {
 		for _, name := range names {
-			if wire.ValidateName("endpoint", name) == nil {
+			if wireparse.ValidateName("endpoint", name) == nil {
 				e.mu.Lock()
 				e.queues = append(e.queues, wire.TimeoutsQueue(name), wire.DispatcherQueue(name))
 				e.mu.Unlock()

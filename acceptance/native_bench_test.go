@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
@@ -69,7 +69,7 @@ FROM generate_series(1, $3::int) AS g, LATERAL (SELECT now() - interval '1 hour'
 	require.NoError(t, err)
 	defer ch.Close()
 	waiting := 0
-	for level := 0; level < rabbitmq.Levels; level++ {
+	for level := 0; level < nativedelay.Levels; level++ {
 		q, err := ch.QueueDeclarePassive(e.topo.Queue(level), true, false, false, false, nil)
 		require.NoError(t, err)
 		waiting += q.Messages
@@ -79,5 +79,5 @@ FROM generate_series(1, $3::int) AS g, LATERAL (SELECT now() - interval '1 hour'
 	t.Logf("%d wait in the levels, %d past due delivered at once", waiting, q.Messages)
 	// Verify's probes (55 at most) can wait behind migrated messages too.
 	require.GreaterOrEqual(t, waiting+q.Messages, n)
-	require.LessOrEqual(t, waiting+q.Messages, n+2*rabbitmq.Levels)
+	require.LessOrEqual(t, waiting+q.Messages, n+2*nativedelay.Levels)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 )
@@ -71,11 +72,11 @@ func TestNativeVerifyAfterSetupAndAfterAQueueIsDeleted(t *testing.T) {
 			}
 		}
 		want := []string{
-			e.topo.DeliveryExchange() + " -> " + dest + " on " + strings.Repeat("*.", rabbitmq.Levels) + dest,
-			e.topo.DeliveryExchange() + " -> " + e.topo.ProbeQueue() + " on " + strings.Repeat("*.", rabbitmq.Levels) + e.topo.ProbeQueue(),
+			e.topo.DeliveryExchange() + " -> " + dest + " on " + strings.Repeat("*.", nativedelay.Levels) + dest,
+			e.topo.DeliveryExchange() + " -> " + e.topo.ProbeQueue() + " on " + strings.Repeat("*.", nativedelay.Levels) + e.topo.ProbeQueue(),
 		}
-		for level := 0; level < rabbitmq.Levels; level++ {
-			stars := strings.Repeat("*.", rabbitmq.Levels-1-level)
+		for level := 0; level < nativedelay.Levels; level++ {
+			stars := strings.Repeat("*.", nativedelay.Levels-1-level)
 			below := e.topo.DeliveryExchange()
 			if level > 0 {
 				below = e.topo.Exchange(level - 1)

@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
@@ -34,7 +35,7 @@ type nativeEnv struct {
 	url    string
 	prefix string
 	conn   *amqp.Connection
-	topo   rabbitmq.Topology
+	topo   nativedelay.Topology
 	pub    *rabbitmq.Publisher
 }
 
@@ -47,12 +48,12 @@ func newNativeEnv(t *testing.T) *nativeEnv {
 	_, err = rand.Read(r[:])
 	require.NoError(t, err)
 	e := &nativeEnv{url: url, prefix: "accnative-" + hex.EncodeToString(r[:]), conn: conn}
-	e.topo, err = rabbitmq.NewTopology(e.prefix, rabbitmq.Quorum)
+	e.topo, err = nativedelay.NewTopology(e.prefix, rabbitmq.Quorum)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ch, err := conn.Channel()
 		if err == nil {
-			for level := 0; level < rabbitmq.Levels; level++ {
+			for level := 0; level < nativedelay.Levels; level++ {
 				_, _ = ch.QueueDelete(e.topo.Queue(level), false, false, false)
 				_ = ch.ExchangeDelete(e.topo.Exchange(level), false, false)
 			}

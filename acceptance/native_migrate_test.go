@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
+	"github.com/timeoutmill/timeoutmill/internal/nativemigrate"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
@@ -74,7 +74,7 @@ func TestNativeMigrationWhileTheServiceRuns(t *testing.T) {
 	t.Logf("stored %d timeouts in %s", n, time.Since(start).Round(time.Millisecond))
 
 	e.manager(t, endpoint, store) // the service, dispatching what is due meanwhile
-	res, err := rabbitmq.Migrate(context.Background(), rabbitmq.MigrationConfig{
+	res, err := nativemigrate.Migrate(context.Background(), nativemigrate.MigrationConfig{
 		Store: store, Publisher: e.pub, BatchSize: 250, Logger: testLogger(),
 	})
 	require.NoError(t, err)

@@ -10,7 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
+	"github.com/timeoutmill/timeoutmill/internal/amqpmarshal"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -57,8 +57,8 @@ func TestPlainAMQPClientWithOnlyTheContractHeaders(t *testing.T) {
 		got = await(t, delivered, lateBound)
 		require.Equal(t, "legacy-42", got.msg.UUID)
 		require.Equal(t, "2", got.msg.Metadata.Get("retries"))
-		require.Equal(t, "application/json", got.msg.Metadata.Get(amqptransport.PropertyContentType))
-		require.Equal(t, "saga-7", got.msg.Metadata.Get(amqptransport.PropertyCorrelationID))
+		require.Equal(t, "application/json", got.msg.Metadata.Get(amqpmarshal.PropertyContentType))
+		require.Equal(t, "saga-7", got.msg.Metadata.Get(amqpmarshal.PropertyCorrelationID))
 
 		// The same message-id sent twice before it is due (a producer's retry after a lost
 		// confirm) makes one timeout, not two.
@@ -113,7 +113,7 @@ func TestAMQPPublishFromAmqpTools(t *testing.T) {
 		require.False(t, got.at.Before(due), "delivered %s early", due.Sub(got.at))
 		require.Equal(t, "sent from a shell", string(got.msg.Payload))
 		require.Equal(t, "bash ✓", got.msg.Metadata.Get("origin"))
-		require.Equal(t, "text/plain", got.msg.Metadata.Get(amqptransport.PropertyContentType))
+		require.Equal(t, "text/plain", got.msg.Metadata.Get(amqpmarshal.PropertyContentType))
 		require.NotEmpty(t, got.msg.UUID)
 		t.Logf("%s: amqp-publish message delivered %s after due", b.name, got.at.Sub(due).Round(time.Millisecond))
 	})

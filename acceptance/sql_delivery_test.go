@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 	"github.com/timeoutmill/timeoutmill/transport/sqltransport"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -163,7 +164,7 @@ func TestSQLTwoManagersDeliverEachOfManyTimeoutsExactlyOnce(t *testing.T) {
 		var first, last time.Time
 		for len(seen) < count {
 			got := await(t, delivered, time.Until(due)+2*time.Minute)
-			require.False(t, got.at.Before(wire.RoundUp(due)), "message %s delivered %s early", got.msg.UUID, due.Sub(got.at))
+			require.False(t, got.at.Before(wireparse.RoundUp(due)), "message %s delivered %s early", got.msg.UUID, due.Sub(got.at))
 			require.True(t, ids[got.msg.UUID], "unknown message %s", got.msg.UUID)
 			seen[got.msg.UUID]++
 			require.Equal(t, 1, seen[got.msg.UUID], "message %s delivered twice", got.msg.UUID)

@@ -7,6 +7,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/timeoutmill/timeoutmill/internal/configerr"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -95,7 +96,7 @@ func (c Config) Validate() error {
 		return invalid("WorkQueue is required: the topic the handler consumes")
 	}
 	if c.ErrorQueue != "" {
-		if err := wire.ValidateName("ErrorQueue", c.ErrorQueue); err != nil {
+		if err := wireparse.ValidateName("ErrorQueue", c.ErrorQueue); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 		if c.ErrorQueue == c.WorkQueue {
@@ -122,10 +123,10 @@ func (c Config) Validate() error {
 		return nil
 	}
 	const hint = " (a deferred queue belongs to one running instance; set WithoutDeferredQueue to run without one)"
-	if err := wire.ValidateName("Endpoint", c.Endpoint); err != nil {
+	if err := wireparse.ValidateName("Endpoint", c.Endpoint); err != nil {
 		return fmt.Errorf("%w: %w"+hint, ErrInvalidConfig, err)
 	}
-	if err := wire.ValidateName("Instance", c.Instance); err != nil {
+	if err := wireparse.ValidateName("Instance", c.Instance); err != nil {
 		return fmt.Errorf("%w: %w"+hint, ErrInvalidConfig, err)
 	}
 	if q := c.DeferredQueue(); q == c.WorkQueue || q == c.ErrorQueue {

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -31,7 +32,7 @@ var (
 type Retries struct {
 	cfg      Config
 	logger   watermill.LoggerAdapter
-	errors   *ErrorQueue
+	errors   *errorqueue.Queue
 	deferred *deferredQueue // nil WithoutDeferredQueue
 	misuse   sync.Once
 }
@@ -49,7 +50,7 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Retries, error) {
 	r := &Retries{
 		cfg:    cfg,
 		logger: logger.With(watermill.LogFields{"work_queue": cfg.WorkQueue}),
-		errors: NewErrorQueue(cfg.Publisher, cfg.ErrorQueue),
+		errors: errorqueue.New(cfg.Publisher, cfg.ErrorQueue),
 	}
 	if q := cfg.DeferredQueue(); q != "" {
 		r.deferred = newDeferredQueue(q, cfg.WorkQueue, cfg.Publisher, cfg.MaxDeferredHold, r.logger)
@@ -193,7 +194,7 @@ func (r *Retries) giveUp(msg *message.Message, cause error, attempts, delayed in
 	}
 	out.Metadata.Set(wire.HeaderFailureDelayedRetries, strconv.Itoa(delayed))
 	handler := message.HandlerNameFromCtx(msg.Context())
-	if err := r.errors.Send(out, Failure{Reason: cause.Error(), Queue: r.cfg.WorkQueue, Handler: handler, Attempts: attempts}); err != nil {
+	if err := r.errors.Send(out, errorqueue.Failure{Reason: cause.Error(), Queue: r.cfg.WorkQueue, Handler: handler, Attempts: attempts}); err != nil {
 		return err
 	}
 	r.logger.Error("Handler failed and is out of retries; message moved to the error queue", cause, watermill.LogFields{

@@ -12,6 +12,7 @@ import (
 	"github.com/timeoutmill/timeoutmill/internal/configerr"
 	"github.com/timeoutmill/timeoutmill/internal/critical"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
@@ -160,10 +161,10 @@ func (c Config) Validate() error {
 }
 
 func (c Config) validate() error {
-	if err := wire.ValidateName("Endpoint", c.Endpoint); err != nil {
+	if err := wireparse.ValidateName("Endpoint", c.Endpoint); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if err := wire.ValidateName("ErrorQueue", c.ErrorQueue); err != nil {
+	if err := wireparse.ValidateName("ErrorQueue", c.ErrorQueue); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	invalid := func(format string, args ...any) error {

@@ -5,13 +5,14 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 // DeliverAt marks msg to be delivered no earlier than t. The time is kept to the microsecond
 // (rounded up), unlike Watermill's delay.Message, which keeps whole seconds.
 func DeliverAt(msg *message.Message, t time.Time) {
-	msg.Metadata.Set(wire.HeaderExpire, wire.FormatExpire(wire.RoundUp(t)))
+	msg.Metadata.Set(wire.HeaderExpire, wireparse.FormatExpire(wireparse.RoundUp(t)))
 }
 
 // DeliverAfter marks msg to be delivered no earlier than d from now.

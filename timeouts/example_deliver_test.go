@@ -31,7 +31,7 @@ func ExampleDeliverAfter() {
 	now := time.Now()
 	timeouts.DeliverAfter(msg, 30*time.Second)
 
-	due, err := wire.ParseExpire(msg.Metadata.Get(wire.HeaderExpire))
+	due, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(wire.HeaderExpire))
 	if err != nil {
 		panic(err)
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/critical"
 	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/persistence"
-	"github.com/timeoutmill/timeoutmill/recoverability"
 )
 
 // Manager is the timeout manager of one endpoint: the store satellite, the poller and the
@@ -106,7 +106,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 
-	errorQueue := recoverability.NewErrorQueue(config.Publisher, config.ErrorQueue)
+	errorQueue := errorqueue.New(config.Publisher, config.ErrorQueue)
 	m.poller = &poller{
 		store:      config.Store,
 		announcer:  dispatcherqueue.NewPublisher(config.Publisher, config.Endpoint, 0),

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/internal/critical"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
 	"github.com/timeoutmill/timeoutmill/timeouts"
@@ -159,7 +160,7 @@ func TestManyDelaysArriveInOrderNeverEarly(t *testing.T) {
 		msg := message.NewMessage(watermill.NewUUID(), []byte{byte(i)})
 		due := start.Add(d * time.Millisecond)
 		timeouts.DeliverAt(msg, due)
-		dues[msg.UUID] = wire.RoundUp(due)
+		dues[msg.UUID] = wireparse.RoundUp(due)
 		require.NoError(t, b.manager.Publisher().Publish("reminders", msg))
 	}
 	for range dues {
@@ -254,7 +255,7 @@ func TestRedeliveredTimeoutsMessageMakesOneTimeout(t *testing.T) {
 	delivered := subscribe(t, b.pubSub, "once")
 
 	msg := message.NewMessage(watermill.NewUUID(), []byte("exactly one"))
-	msg.Metadata.Set(wire.HeaderExpire, wire.FormatExpire(time.Now().Add(500*time.Millisecond)))
+	msg.Metadata.Set(wire.HeaderExpire, wireparse.FormatExpire(time.Now().Add(500*time.Millisecond)))
 	msg.Metadata.Set(wire.HeaderDestination, "once")
 	for range 3 { // the broker redelivers the same message
 		require.NoError(t, b.pubSub.Publish(wire.TimeoutsQueue(endpoint), msg.Copy()))
@@ -278,8 +279,8 @@ func TestPoisonMessagesReachTheErrorQueueWithAReason(t *testing.T) {
 		{"garbage expire", map[string]string{wire.HeaderExpire: "tomorrow-ish", wire.HeaderDestination: "dest"}, "is not an RFC 3339 time"},
 		{"empty expire", map[string]string{wire.HeaderExpire: "", wire.HeaderDestination: "dest"}, "timeout.expire is empty"},
 		{"beyond year 9999", map[string]string{wire.HeaderExpire: "10000-01-01T00:00:00Z", wire.HeaderDestination: "dest"}, "is not an RFC 3339 time"},
-		{"missing destination", map[string]string{wire.HeaderExpire: wire.FormatExpire(time.Now())}, "timeout.destination is missing"},
-		{"empty destination", map[string]string{wire.HeaderExpire: wire.FormatExpire(time.Now()), wire.HeaderDestination: " "}, "timeout.destination is empty"},
+		{"missing destination", map[string]string{wire.HeaderExpire: wireparse.FormatExpire(time.Now())}, "timeout.destination is missing"},
+		{"empty destination", map[string]string{wire.HeaderExpire: wireparse.FormatExpire(time.Now()), wire.HeaderDestination: " "}, "timeout.destination is empty"},
 		{"no delay at all", map[string]string{wire.HeaderDestination: "dest"}, "neither timeout.expire nor _watermill_delayed_until is set"},
 	}
 	for _, c := range cases {

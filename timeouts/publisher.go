@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -30,7 +31,7 @@ func NewPublisher(next message.Publisher, endpoint string) (*Publisher, error) {
 	if next == nil {
 		return nil, fmt.Errorf("%w: NewPublisher needs a publisher to decorate", ErrInvalidConfig)
 	}
-	if err := wire.ValidateName("endpoint", endpoint); err != nil {
+	if err := wireparse.ValidateName("endpoint", endpoint); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return &Publisher{next: next, timeouts: wire.TimeoutsQueue(endpoint), now: time.Now}, nil
@@ -56,7 +57,7 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	now := p.now()
 	var direct, delayed []*message.Message
 	for _, msg := range messages {
-		due, isDelayed, err := wire.Due(msg.Metadata, now)
+		due, isDelayed, err := wireparse.Due(msg.Metadata, now)
 		if err != nil {
 			return fmt.Errorf("message %s for %s: %w", msg.UUID, topic, err)
 		}
@@ -67,7 +68,7 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 		delayed = append(delayed, p.routed(msg, topic, due))
 	}
 	if len(delayed) > 0 {
-		if _, err := wire.Destination(map[string]string{wire.HeaderDestination: topic}); err != nil {
+		if _, err := wireparse.Destination(map[string]string{wire.HeaderDestination: topic}); err != nil {
 			return fmt.Errorf("cannot delay messages for topic %q: %w", topic, err)
 		}
 		if err := p.next.Publish(p.timeouts, delayed...); err != nil {
@@ -92,7 +93,7 @@ func (p *Publisher) Close() error { return p.next.Close() }
 func withoutRouting(msg *message.Message) *message.Message {
 	has := false
 	for k := range msg.Metadata {
-		if wire.IsRoutingHeader(k) {
+		if wireparse.IsRoutingHeader(k) {
 			has = true
 			break
 		}
@@ -103,7 +104,7 @@ func withoutRouting(msg *message.Message) *message.Message {
 	out := message.NewMessage(msg.UUID, msg.Payload)
 	out.Metadata = make(message.Metadata, len(msg.Metadata))
 	for k, v := range msg.Metadata {
-		if !wire.IsRoutingHeader(k) {
+		if !wireparse.IsRoutingHeader(k) {
 			out.Metadata[k] = v
 		}
 	}
@@ -118,7 +119,7 @@ func (p *Publisher) routed(msg *message.Message, topic string, due time.Time) *m
 	for k, v := range msg.Metadata {
 		out.Metadata[k] = v
 	}
-	out.Metadata.Set(wire.HeaderExpire, wire.FormatExpire(due))
+	out.Metadata.Set(wire.HeaderExpire, wireparse.FormatExpire(due))
 	out.Metadata.Set(wire.HeaderDestination, topic)
 	out.SetContext(msg.Context())
 	return out

@@ -1,15 +1,29 @@
 // Package wire is timeoutmill's wire contract: the queue names and message headers that other
-// processes, languages and tools rely on, and the parsing of the delay headers.
+// processes, languages and tools rely on.
 //
 // The contract is stable. A message that reaches the Timeouts queue of an endpoint with a
 // HeaderExpire and a HeaderDestination header is delivered to that destination when due, with its
-// payload and other headers unchanged.
+// payload and other headers unchanged; the routing headers (HeaderExpire, HeaderDestination,
+// HeaderOwner and Watermill's two delay keys) are removed on the way, so a delivered message
+// published again is not delayed again.
+//
+// A due time is read from HeaderExpire (RFC 3339, fractional seconds allowed, any offset) and
+// rounded up to Precision; without HeaderExpire, Watermill's HeaderWatermillDelayedUntil is
+// honoured. Watermill writes that key in whole seconds, truncating the time it was asked for, so
+// a value without a fractional part is taken as the later of the value and the time of receipt
+// plus HeaderWatermillDelayedFor, capped at the end of that second, or as the end of that second
+// without a usable HeaderWatermillDelayedFor: a message is never delivered early. A present but
+// unusable header (an unparsable time, an empty or too long destination) is ErrInvalidHeader, and
+// the message goes to the error queue.
+//
+// Endpoint and instance names, which end up in queue names, are not empty, at most 200 bytes,
+// printable, without whitespace, and neither start nor end with a dot; others are
+// ErrInvalidName.
 package wire
 
 import (
 	"errors"
-	"fmt"
-	"strings"
+	"time"
 )
 
 // Header names of the wire contract.
@@ -82,22 +96,13 @@ func DispatcherQueue(endpoint string) string { return endpoint + dispatcherSuffi
 // DeferredQueue is the deferred queue of one running instance of endpoint. It is never shared.
 func DeferredQueue(endpoint, instance string) string { return endpoint + deferredInfix + instance }
 
-// ValidateName checks that an endpoint or instance name can be used in queue names: not empty,
-// at most 200 bytes, printable, and without whitespace.
-func ValidateName(kind, name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%w: %s must not be empty", ErrInvalidName, kind)
-	case len(name) > 200:
-		return fmt.Errorf("%w: %s is longer than 200 bytes", ErrInvalidName, kind)
-	}
-	for _, r := range name {
-		if r < 0x21 || r == 0x7f || r == 0xfffd {
-			return fmt.Errorf("%w: %s %q contains whitespace or a control character", ErrInvalidName, kind, name)
-		}
-	}
-	if strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") {
-		return fmt.Errorf("%w: %s %q must not start or end with a dot", ErrInvalidName, kind, name)
-	}
-	return nil
-}
+// ErrInvalidHeader is returned when a contract header is present but unusable. Messages carrying
+// one go to the error queue with the error's text as their failure reason.
+var ErrInvalidHeader = errors.New("wire: invalid header")
+
+// MaxDestinationLength bounds HeaderDestination; the SQL stores keep destinations in 250 characters.
+const MaxDestinationLength = 250
+
+// Precision is the resolution at which timeoutmill keeps due times. Every store keeps at least
+// microseconds, so due times are rounded up to it: a message is never due earlier than asked.
+const Precision = time.Microsecond

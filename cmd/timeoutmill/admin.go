@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/timeoutmill/timeoutmill/internal/connect"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
@@ -94,7 +95,7 @@ func (c *listCmd) Run(e *env) error {
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tDUE\tDESTINATION\tOWNER\tFAILURES")
 	for _, t := range list {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\n", t.ID, wire.FormatExpire(t.Due), t.Destination, t.Owner, t.FailureCount)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\n", t.ID, wireparse.FormatExpire(t.Due), t.Destination, t.Owner, t.FailureCount)
 	}
 	return w.Flush()
 }
@@ -159,7 +160,7 @@ func (f storeFlags) inspector(e *env) (persistence.Inspector, func(), error) {
 func describeDue(t, now time.Time) string {
 	d := t.Sub(now).Round(time.Millisecond)
 	if d < 0 {
-		return fmt.Sprintf("%s (%s ago)", wire.FormatExpire(t), -d)
+		return fmt.Sprintf("%s (%s ago)", wireparse.FormatExpire(t), -d)
 	}
-	return fmt.Sprintf("%s (in %s)", wire.FormatExpire(t), d)
+	return fmt.Sprintf("%s (in %s)", wireparse.FormatExpire(t), d)
 }

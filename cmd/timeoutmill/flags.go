@@ -9,8 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/timeoutmill/timeoutmill/internal/connect"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
-	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 // storeFlags name an endpoint and its store.
@@ -26,7 +26,7 @@ type transportFlags struct {
 }
 
 func (f storeFlags) validate() error {
-	return wire.ValidateName("--endpoint", f.Endpoint)
+	return wireparse.ValidateName("--endpoint", f.Endpoint)
 }
 
 // openStore opens the store, retrying while the server is unreachable for up to wait (0: once).

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/timeoutmill/timeoutmill/internal/connect"
-	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
+	"github.com/timeoutmill/timeoutmill/internal/nativemigrate"
 )
 
 type migrateCmd struct {
@@ -51,13 +51,13 @@ func (c *migrateCmd) Run(e *env) error {
 	}
 	defer pub.Close()
 
-	cfg := rabbitmq.MigrationConfig{
+	cfg := nativemigrate.MigrationConfig{
 		Store: store, Publisher: pub, Cutoff: cutoff, BatchSize: c.Batch, Workers: c.Workers,
 		SkipUnmigratable: c.SkipUnmigratable, FinishTimeout: c.FinishTimeout, Logger: logger,
 	}
 	fmt.Fprintf(e.stdout, "store:      %s (endpoint %s)\nbroker:     %s\n", connect.Redact(c.Store), c.Endpoint, c.describe())
 	if c.DryRun {
-		pf, err := rabbitmq.Check(e.ctx, cfg)
+		pf, err := nativemigrate.Check(e.ctx, cfg)
 		if err != nil {
 			return connect.RedactError(err, c.Transport)
 		}
@@ -70,11 +70,11 @@ func (c *migrateCmd) Run(e *env) error {
 	}
 
 	progress := newProgressReporter(e.stderr)
-	cfg.OnPreflight = func(pf rabbitmq.Preflight) { c.printPreflight(e.stdout, pf, cutoff) }
+	cfg.OnPreflight = func(pf nativemigrate.Preflight) { c.printPreflight(e.stdout, pf, cutoff) }
 	cfg.OnProgress = progress.update
-	res, err := rabbitmq.Migrate(e.ctx, cfg)
+	res, err := nativemigrate.Migrate(e.ctx, cfg)
 	progress.finish()
-	if errors.Is(err, rabbitmq.ErrPreflight) {
+	if errors.Is(err, nativemigrate.ErrPreflight) {
 		return fmt.Errorf("preflight: %d problem(s), listed above; nothing changed", len(res.Preflight.Problems()))
 	}
 	if !res.Preflight.Now.IsZero() {
@@ -100,7 +100,7 @@ func parseCutoff(value string, now time.Time) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%w: --cutoff %q is neither an RFC 3339 time (2026-12-31T00:00:00Z) nor a duration from now (24h)", connect.ErrInvalid, value)
 }
 
-func (c *migrateCmd) printPreflight(w io.Writer, pf rabbitmq.Preflight, cutoff time.Time) {
+func (c *migrateCmd) printPreflight(w io.Writer, pf nativemigrate.Preflight, cutoff time.Time) {
 	which := "all"
 	if !cutoff.IsZero() {
 		which = "due at or after " + cutoff.UTC().Format(time.RFC3339)
@@ -130,7 +130,7 @@ func (c *migrateCmd) printPreflight(w io.Writer, pf rabbitmq.Preflight, cutoff t
 	}
 }
 
-func printResult(w io.Writer, res rabbitmq.Result) {
+func printResult(w io.Writer, res nativemigrate.Result) {
 	rate := float64(res.Migrated) / max(res.Elapsed.Seconds(), 1e-9)
 	fmt.Fprintf(w, "migrated:   %d in %s (%.0f/s)\n", res.Migrated, res.Elapsed.Round(time.Millisecond), rate)
 	if res.AlreadyGone > 0 {
@@ -180,7 +180,7 @@ type progressReporter struct {
 	bar   *progressbar.ProgressBar // made at the first update, when the total is known
 	last  time.Time
 	every time.Duration
-	seen  rabbitmq.Progress
+	seen  nativemigrate.Progress
 }
 
 func newProgressReporter(out io.Writer) *progressReporter {
@@ -202,7 +202,7 @@ func (r *progressReporter) newBar(total int64) *progressbar.ProgressBar {
 	)
 }
 
-func (r *progressReporter) update(p rabbitmq.Progress) {
+func (r *progressReporter) update(p nativemigrate.Progress) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seen = p
@@ -222,7 +222,7 @@ func (r *progressReporter) update(p rabbitmq.Progress) {
 	}
 }
 
-func (r *progressReporter) line(p rabbitmq.Progress) {
+func (r *progressReporter) line(p nativemigrate.Progress) {
 	rate := float64(p.Done) / max(p.Elapsed.Seconds(), 1e-9)
 	eta := "?"
 	if rate > 0 && p.Total > p.Done {

@@ -9,6 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/timeoutmill/timeoutmill/internal/connect"
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 )
 
@@ -35,21 +36,21 @@ func (f nativeFlags) describe() string {
 }
 
 // topology opens a connection and returns the topology the flags name; close the connection.
-func (f nativeFlags) topology() (rabbitmq.Topology, *amqp.Connection, error) {
+func (f nativeFlags) topology() (nativedelay.Topology, *amqp.Connection, error) {
 	cfg := f.config()
 	if err := cfg.Validate(); err != nil {
-		return rabbitmq.Topology{}, nil, fmt.Errorf("%w: %w", connect.ErrInvalid, err)
+		return nativedelay.Topology{}, nil, fmt.Errorf("%w: %w", connect.ErrInvalid, err)
 	}
-	topo, err := rabbitmq.NewTopology(cfg.Prefix, cfg.QueueType)
+	topo, err := nativedelay.NewTopology(cfg.Prefix, cfg.QueueType)
 	if err != nil {
-		return rabbitmq.Topology{}, nil, err
+		return nativedelay.Topology{}, nil, err
 	}
 	conn, err := amqp.DialConfig(f.Transport, amqp.Config{
 		Properties: amqp.Table{"connection_name": "timeoutmill native"},
 		Dial:       amqp.DefaultDial(rabbitmq.DefaultDialTimeout),
 	})
 	if err != nil {
-		return rabbitmq.Topology{}, nil, fmt.Errorf("connecting to %s: %w", connect.Redact(f.Transport), connect.RedactError(err, f.Transport))
+		return nativedelay.Topology{}, nil, fmt.Errorf("connecting to %s: %w", connect.Redact(f.Transport), connect.RedactError(err, f.Transport))
 	}
 	return topo, conn, nil
 }
@@ -82,14 +83,14 @@ func (c *nativeSetupCmd) Run(e *env) error {
 		return connect.RedactError(err, c.Transport)
 	}
 	fmt.Fprintf(e.stdout, "native delay infrastructure ready on %s:\n  exchanges and queues %s .. %s, exchange %s, queue %s\n",
-		c.describe(), topo.Exchange(rabbitmq.Levels-1), topo.Exchange(0), topo.DeliveryExchange(), topo.ProbeQueue())
+		c.describe(), topo.Exchange(nativedelay.Levels-1), topo.Exchange(0), topo.DeliveryExchange(), topo.ProbeQueue())
 	if len(c.Destination) == 0 {
 		return nil
 	}
 	if err := topo.BindDestinations(e.ctx, conn, c.Destination...); err != nil {
 		return connect.RedactError(err, c.Transport)
 	}
-	fmt.Fprintf(e.stdout, "  destinations bound to %s on %sQUEUE: %s\n", topo.DeliveryExchange(), strings.Repeat("*.", rabbitmq.Levels), strings.Join(c.Destination, ", "))
+	fmt.Fprintf(e.stdout, "  destinations bound to %s on %sQUEUE: %s\n", topo.DeliveryExchange(), strings.Repeat("*.", nativedelay.Levels), strings.Join(c.Destination, ", "))
 	return nil
 }
 
@@ -105,7 +106,7 @@ func (c *nativeVerifyCmd) Run(e *env) error {
 	}
 	defer conn.Close()
 	err = topo.Verify(e.ctx, conn)
-	var verr *rabbitmq.VerifyError
+	var verr *nativedelay.VerifyError
 	if errors.As(err, &verr) {
 		lines := make([]string, len(verr.Problems))
 		for i, p := range verr.Problems {
@@ -118,6 +119,6 @@ func (c *nativeVerifyCmd) Run(e *env) error {
 		return connect.RedactError(err, c.Transport)
 	}
 	fmt.Fprintf(e.stdout, "native delay infrastructure on %s: ok\n  %d levels (exchange, queue, TTL, dead-letter exchange, bindings), delivery exchange, probe queue\n",
-		c.describe(), rabbitmq.Levels)
+		c.describe(), nativedelay.Levels)
 	return nil
 }

@@ -10,8 +10,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
-	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 )
 
 // nativeBroker gives a test a delay prefix of its own on the test RabbitMQ, and removes what was
@@ -32,8 +32,8 @@ func newNativeBroker(t *testing.T) *nativeBroker {
 	b := &nativeBroker{url: url, prefix: "cmdnative-" + hex.EncodeToString(r[:]), conn: conn}
 	t.Cleanup(func() {
 		if ch, err := conn.Channel(); err == nil {
-			topo, _ := rabbitmq.NewTopology(b.prefix, "")
-			for level := 0; level < rabbitmq.Levels; level++ {
+			topo, _ := nativedelay.NewTopology(b.prefix, "")
+			for level := 0; level < nativedelay.Levels; level++ {
 				_, _ = ch.QueueDelete(topo.Queue(level), false, false, false)
 				_ = ch.ExchangeDelete(topo.Exchange(level), false, false)
 			}

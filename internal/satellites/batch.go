@@ -8,8 +8,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
-	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 // DefaultMaxBatch is the default of DispatchConfig.MaxBatch and StoreConfig.MaxBatch.
@@ -286,7 +286,7 @@ func (d *Dispatch) lookUp(first []*request[due]) (found []forward, ok bool) {
 			continue
 		}
 		out := message.NewMessage(t.ID, t.Payload)
-		out.Metadata = withoutRoutingHeaders(t.Metadata, wire.IsRoutingHeader)
+		out.Metadata = withoutRoutingHeaders(t.Metadata, wireparse.IsRoutingHeader)
 		found = append(found, forward{req: r, t: t, out: out})
 	}
 	return found, true

@@ -14,10 +14,11 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/critical"
 	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
-	"github.com/timeoutmill/timeoutmill/recoverability"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -116,7 +117,7 @@ func setupBatch(t *testing.T, mutate func(*satellites.DispatchConfig)) *batchBun
 	t.Cleanup(breaker.Stop)
 	cfg := satellites.DispatchConfig{
 		Endpoint: endpoint, Store: b.store, Publisher: b.published,
-		ErrorQueue: recoverability.NewErrorQueue(b.published, ""), Breaker: breaker,
+		ErrorQueue: errorqueue.New(b.published, ""), Breaker: breaker,
 	}
 	if mutate != nil {
 		mutate(&cfg)
@@ -301,7 +302,7 @@ func (b *batchBundle) storeSatellite(t *testing.T, stored func(time.Time)) *sate
 	require.NoError(t, err)
 	t.Cleanup(breaker.Stop)
 	s, err := satellites.NewStore(satellites.StoreConfig{
-		Endpoint: endpoint, Store: b.store, ErrorQueue: recoverability.NewErrorQueue(b.published, ""),
+		Endpoint: endpoint, Store: b.store, ErrorQueue: errorqueue.New(b.published, ""),
 		Breaker: breaker, OnStored: stored,
 	}, watermill.NopLogger{})
 	require.NoError(t, err)
@@ -310,7 +311,7 @@ func (b *batchBundle) storeSatellite(t *testing.T, stored func(time.Time)) *sate
 
 func delayedMessage(id, destination string, due time.Time) *message.Message {
 	msg := message.NewMessage(id, []byte("charge "+id))
-	msg.Metadata.Set(wire.HeaderExpire, wire.FormatExpire(due))
+	msg.Metadata.Set(wire.HeaderExpire, wireparse.FormatExpire(due))
 	msg.Metadata.Set(wire.HeaderDestination, destination)
 	msg.Metadata.Set("trace-id", id)
 	return msg

@@ -11,8 +11,9 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/critical"
 	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
-	"github.com/timeoutmill/timeoutmill/recoverability"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -34,7 +35,7 @@ type DispatchConfig struct {
 	Publisher message.Publisher
 	// ErrorQueue receives timeouts that could not be forwarded and malformed dispatcher
 	// messages. Required.
-	ErrorQueue *recoverability.ErrorQueue
+	ErrorQueue *errorqueue.Queue
 	// Breaker watches storage and forwarding failures (TimeToTriggerDispatchCircuitBreaker).
 	// Required.
 	Breaker *critical.CircuitBreaker
@@ -68,7 +69,7 @@ type DispatchConfig struct {
 
 // Validate reports the first missing or impossible setting.
 func (c DispatchConfig) Validate() error {
-	if err := wire.ValidateName("endpoint", c.Endpoint); err != nil {
+	if err := wireparse.ValidateName("endpoint", c.Endpoint); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	switch {
@@ -134,7 +135,7 @@ func (d *Dispatch) Queue() string { return d.queue }
 func (d *Dispatch) Handle(msg *message.Message) error {
 	id, err := dispatcherqueue.Decode(msg)
 	if err != nil {
-		return d.cfg.ErrorQueue.Send(msg, recoverability.Failure{Reason: err.Error(), Queue: d.queue, Handler: d.Name()})
+		return d.cfg.ErrorQueue.Send(msg, errorqueue.Failure{Reason: err.Error(), Queue: d.queue, Handler: d.Name()})
 	}
 	return d.batcher.do(due{msg: msg, id: id})
 }
@@ -194,12 +195,12 @@ func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, ou
 		return fmt.Errorf("forwarding timeout %s to %s (attempt %d of %d): %w", t.ID, t.Destination, attempts, d.cfg.NumberOfRetries+1, cause)
 	}
 	out.Metadata.Set(wire.HeaderDestination, t.Destination)
-	out.Metadata.Set(wire.HeaderExpire, wire.FormatExpire(t.Due))
+	out.Metadata.Set(wire.HeaderExpire, wireparse.FormatExpire(t.Due))
 	if t.Owner != "" {
 		out.Metadata.Set(wire.HeaderOwner, t.Owner)
 	}
 	reason := fmt.Sprintf("forwarding to %q failed after %s: %v", t.Destination, plural(attempts, "attempt"), cause)
-	if err := d.cfg.ErrorQueue.Send(out, recoverability.Failure{Reason: reason, Queue: d.queue, Handler: d.Name(), Attempts: attempts}); err != nil {
+	if err := d.cfg.ErrorQueue.Send(out, errorqueue.Failure{Reason: reason, Queue: d.queue, Handler: d.Name(), Attempts: attempts}); err != nil {
 		// The broker is likely down for both: retry at the breaker's pace, not at once.
 		d.cfg.Breaker.Failure(ctx, err)
 		return err
@@ -216,7 +217,7 @@ func (d *Dispatch) unreadable(msg *message.Message, id string, cause error) erro
 	reason := fmt.Sprintf("timeout %s cannot be read from the store and was removed from it: %v", id, cause)
 	d.logger.Error("Stored timeout is unreadable; moving its id to the error queue", cause,
 		watermill.LogFields{"timeout_id": id, "error_queue": d.cfg.ErrorQueue.Topic()})
-	if err := d.cfg.ErrorQueue.Send(msg, recoverability.Failure{Reason: reason, Queue: d.queue, Handler: d.Name(), Attempts: 1}); err != nil {
+	if err := d.cfg.ErrorQueue.Send(msg, errorqueue.Failure{Reason: reason, Queue: d.queue, Handler: d.Name(), Attempts: 1}); err != nil {
 		return err
 	}
 	d.remove(msg, id)

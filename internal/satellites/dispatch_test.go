@@ -15,10 +15,10 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/critical"
 	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
-	"github.com/timeoutmill/timeoutmill/recoverability"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -45,7 +45,7 @@ func setupDispatch(t *testing.T, mutate func(*satellites.DispatchConfig)) *dispa
 		Endpoint:   endpoint,
 		Store:      b.store,
 		Publisher:  b.published,
-		ErrorQueue: recoverability.NewErrorQueue(b.published, ""),
+		ErrorQueue: errorqueue.New(b.published, ""),
 		Breaker:    breaker,
 	}
 	if mutate != nil {

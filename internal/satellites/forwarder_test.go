@@ -14,10 +14,10 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/critical"
 	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
-	"github.com/timeoutmill/timeoutmill/recoverability"
 )
 
 // txForwarder stands in for a transport that publishes and removes in one transaction.
@@ -52,7 +52,7 @@ func newDispatch(t *testing.T, store persistence.Store, fwd satellites.Forwarder
 	require.NoError(t, err)
 	t.Cleanup(breaker.Stop)
 	d, err := satellites.NewDispatch(satellites.DispatchConfig{
-		Endpoint: "e", Store: store, Publisher: pubSub, ErrorQueue: recoverability.NewErrorQueue(pubSub, ""),
+		Endpoint: "e", Store: store, Publisher: pubSub, ErrorQueue: errorqueue.New(pubSub, ""),
 		Breaker: breaker, NumberOfRetries: retries, Forwarder: fwd,
 	}, nil)
 	require.NoError(t, err)

@@ -9,8 +9,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/timeoutmill/timeoutmill/internal/critical"
+	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
-	"github.com/timeoutmill/timeoutmill/recoverability"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -21,7 +22,7 @@ type StoreConfig struct {
 	// Store keeps the timeouts. Required.
 	Store persistence.Store
 	// ErrorQueue receives messages that can never be stored. Required.
-	ErrorQueue *recoverability.ErrorQueue
+	ErrorQueue *errorqueue.Queue
 	// Breaker watches storage failures (TimeToTriggerStoreCircuitBreaker). Required.
 	Breaker *critical.CircuitBreaker
 	// OnStored is told the due time of each newly stored timeout, so the poller can wake early.
@@ -35,7 +36,7 @@ type StoreConfig struct {
 
 // Validate reports the first missing setting.
 func (c StoreConfig) Validate() error {
-	if err := wire.ValidateName("endpoint", c.Endpoint); err != nil {
+	if err := wireparse.ValidateName("endpoint", c.Endpoint); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	switch {
@@ -95,7 +96,7 @@ func (s *Store) Handle(msg *message.Message) error {
 
 // timeoutOf reads a delayed message into a Timeout, or says why it cannot be stored.
 func (s *Store) timeoutOf(msg *message.Message) (persistence.Timeout, error) {
-	due, delayed, err := wire.Due(msg.Metadata, time.Now())
+	due, delayed, err := wireparse.Due(msg.Metadata, time.Now())
 	if err != nil {
 		return persistence.Timeout{}, err
 	}
@@ -105,7 +106,7 @@ func (s *Store) timeoutOf(msg *message.Message) (persistence.Timeout, error) {
 	if due.Before(persistence.MinDue) {
 		due = persistence.MinDue // long past is simply due: deliver at once
 	}
-	dest, err := wire.Destination(msg.Metadata)
+	dest, err := wireparse.Destination(msg.Metadata)
 	if err != nil {
 		return persistence.Timeout{}, err
 	}
@@ -123,7 +124,7 @@ func (s *Store) timeoutOf(msg *message.Message) (persistence.Timeout, error) {
 		Due:         due,
 		Owner:       msg.Metadata.Get(wire.HeaderOwner),
 		Payload:     msg.Payload,
-		Metadata:    withoutRoutingHeaders(msg.Metadata, wire.IsRoutingHeader),
+		Metadata:    withoutRoutingHeaders(msg.Metadata, wireparse.IsRoutingHeader),
 	}, nil
 }
 
@@ -144,11 +145,11 @@ func (s *Store) checkDuplicate(msg *message.Message, t persistence.Timeout) erro
 	}
 	return s.reject(msg, fmt.Sprintf(
 		"a timeout with id %s is already scheduled for %q at %s; this message for %q at %s reuses its UUID and cannot be stored (give each delayed message its own UUID)",
-		t.ID, existing.Destination, wire.FormatExpire(existing.Due), t.Destination, wire.FormatExpire(t.Due)))
+		t.ID, existing.Destination, wireparse.FormatExpire(existing.Due), t.Destination, wireparse.FormatExpire(t.Due)))
 }
 
 func (s *Store) reject(msg *message.Message, reason string) error {
 	s.logger.Error("Delayed message cannot be stored; moving it to the error queue", errors.New(reason),
 		watermill.LogFields{"message_uuid": msg.UUID, "error_queue": s.cfg.ErrorQueue.Topic()})
-	return s.cfg.ErrorQueue.Send(msg, recoverability.Failure{Reason: reason, Queue: s.queue, Handler: s.Name()})
+	return s.cfg.ErrorQueue.Send(msg, errorqueue.Failure{Reason: reason, Queue: s.queue, Handler: s.Name()})
 }

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 )
@@ -74,8 +75,8 @@ func TestUpgradeReplacesTheLegacyBindings(t *testing.T) {
 	// What an earlier version left: legacy bindings only.
 	ch := b.channel(t)
 	legacy := func(queue string) {
-		require.NoError(t, ch.QueueUnbind(queue, rabbitmq.DestinationBindingKey(queue), b.topo.DeliveryExchange(), nil))
-		require.NoError(t, ch.QueueBind(queue, rabbitmq.LegacyDestinationBindingKey(queue), b.topo.DeliveryExchange(), false, nil))
+		require.NoError(t, ch.QueueUnbind(queue, nativedelay.DestinationBindingKey(queue), b.topo.DeliveryExchange(), nil))
+		require.NoError(t, ch.QueueBind(queue, nativedelay.LegacyDestinationBindingKey(queue), b.topo.DeliveryExchange(), false, nil))
 	}
 	legacy(b.topo.ProbeQueue())
 	legacy(short)
@@ -92,7 +93,7 @@ func TestUpgradeReplacesTheLegacyBindings(t *testing.T) {
 	// Still legacy: the shorter name's queue gets the longer name's message.
 	deliver := func(dest string) {
 		t.Helper()
-		key, err := rabbitmq.RoutingKey(0, dest)
+		key, err := nativedelay.RoutingKey(0, dest)
 		require.NoError(t, err)
 		require.NoError(t, ch.PublishWithContext(ctx, b.topo.DeliveryExchange(), key, false, false, amqp.Publishing{Body: []byte("x")}))
 	}

@@ -8,8 +8,10 @@ import (
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 	"github.com/timeoutmill/timeoutmill/internal/coalesce"
 	"github.com/timeoutmill/timeoutmill/internal/configerr"
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 )
@@ -97,9 +99,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: URL is required (amqp://user:password@host:port/vhost)", ErrInvalidConfig)
 	}
 	if _, err := amqp.ParseURI(c.URL); err != nil {
-		return fmt.Errorf("%w: URL %s: %s", ErrInvalidConfig, amqptransport.Redact(c.URL), redactText(err.Error(), c.URL))
+		return fmt.Errorf("%w: URL %s: %s", ErrInvalidConfig, amqpconn.Redact(c.URL), redactText(err.Error(), c.URL))
 	}
-	if _, err := NewTopology(c.Prefix, c.QueueType); err != nil {
+	if _, err := nativedelay.NewTopology(c.Prefix, c.QueueType); err != nil {
 		return err
 	}
 	switch {
@@ -111,9 +113,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// topology is the Topology the (defaulted, valid) config names.
-func (c Config) topology() Topology {
-	return Topology{prefix: c.Prefix, queueType: c.QueueType}
+// topology is the topology the config names, or its error.
+func (c Config) topology() (nativedelay.Topology, error) {
+	return nativedelay.NewTopology(c.Prefix, c.QueueType)
 }
 
 // transportConfig is the amqptransport configuration of the Publisher's declaring connection.

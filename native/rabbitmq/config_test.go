@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
+	"github.com/timeoutmill/timeoutmill/internal/nativemigrate"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
@@ -33,19 +35,19 @@ func TestConfigValidate(t *testing.T) {
 func TestTheLongestPrefixLeavesRoomForEveryName(t *testing.T) {
 	t.Parallel()
 	prefix := strings.Repeat("p", 186)
-	topo, err := rabbitmq.NewTopology(prefix, "")
+	topo, err := nativedelay.NewTopology(prefix, "")
 	require.NoError(t, err)
 	for _, name := range []string{topo.Exchange(27), topo.Queue(27), topo.DeliveryExchange(), topo.ProbeQueue()} {
 		require.LessOrEqual(t, len(name), 255, name)
 	}
-	key, err := rabbitmq.RoutingKey(rabbitmq.MaxDelaySeconds, topo.ProbeQueue())
+	key, err := nativedelay.RoutingKey(nativedelay.MaxDelaySeconds, topo.ProbeQueue())
 	require.NoError(t, err)
 	require.Len(t, key, 255)
 }
 
 func TestTopologyNames(t *testing.T) {
 	t.Parallel()
-	topo, err := rabbitmq.NewTopology("", "")
+	topo, err := nativedelay.NewTopology("", "")
 	require.NoError(t, err)
 	require.Equal(t, "timeoutmill", topo.Prefix())
 	require.Equal(t, rabbitmq.Quorum, topo.QueueType())
@@ -61,7 +63,7 @@ func TestTopologyNames(t *testing.T) {
 	require.Equal(t, "reject-publish", args["x-overflow"], "at-least-once needs it")
 	require.Equal(t, "timeoutmill.delay-delivery", topo.QueueArguments(0)["x-dead-letter-exchange"])
 
-	classic, err := rabbitmq.NewTopology("app", rabbitmq.Classic)
+	classic, err := nativedelay.NewTopology("app", rabbitmq.Classic)
 	require.NoError(t, err)
 	require.Equal(t, "classic", classic.QueueArguments(5)["x-queue-type"])
 	require.NotContains(t, classic.QueueArguments(5), "x-dead-letter-strategy")
@@ -73,11 +75,11 @@ type handoverless struct{ seam }
 func TestMigrationConfigValidate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, err := rabbitmq.Migrate(ctx, rabbitmq.MigrationConfig{})
+	_, err := nativemigrate.Migrate(ctx, nativemigrate.MigrationConfig{})
 	require.ErrorContains(t, err, "Store is required")
-	_, err = rabbitmq.Migrate(ctx, rabbitmq.MigrationConfig{Store: memory.New()})
+	_, err = nativemigrate.Migrate(ctx, nativemigrate.MigrationConfig{Store: memory.New()})
 	require.ErrorContains(t, err, "Publisher is required")
-	_, err = rabbitmq.Check(ctx, rabbitmq.MigrationConfig{Store: handoverless{memory.New()}, Publisher: &rabbitmq.Publisher{}})
+	_, err = nativemigrate.Check(ctx, nativemigrate.MigrationConfig{Store: handoverless{memory.New()}, Publisher: &rabbitmq.Publisher{}})
 	require.ErrorIs(t, err, persistence.ErrUnsupported)
 	require.ErrorContains(t, err, "does not implement persistence.Handover")
 }

@@ -15,9 +15,9 @@
 //	timeouts.DeliverAfter(msg, 90*time.Minute)
 //	err = pub.Publish("orders", msg) // arrives on queue "orders" in 90 minutes
 //
-// Consume destinations with amqptransport's Subscriber (or its Marshaler): the broker adds an
-// x-death header to every message it dead-letters from level to level, which watermill-amqp's
-// own marshaler cannot read; amqptransport's drops it.
+// Consume destinations with amqptransport's Subscriber: the broker adds an x-death header to
+// every message it dead-letters from level to level, which watermill-amqp's own marshaler cannot
+// read; amqptransport's Subscriber drops it.
 //
 // # Topology
 //
@@ -90,7 +90,7 @@
 //     it adds the new binding, then removes "#.Q". While both exist, a message matching both is
 //     delivered once.
 //   - Destinations no upgraded Publisher sends to keep "#.Q", and with it the bug, until
-//     `timeoutmill native setup --destination Q` (BindDestinations) rebinds them.
+//     `timeoutmill native setup --destination Q` rebinds them.
 //   - A Publisher of an earlier version adds "#.Q" again on its next connection: upgrade every
 //     sender.
 //
@@ -120,14 +120,14 @@
 //
 // # Migration
 //
-// Migrate (the `timeoutmill migrate` command) moves stored timeouts onto the native delay while
+// `timeoutmill migrate --to rabbitmq-native` moves stored timeouts onto the native delay while
 // timeout managers keep running on the store. It needs a store that implements
 // persistence.Handover (memory, SQLite, PostgreSQL, MariaDB/MySQL).
 //
 // Preflight, before anything changes: the delay infrastructure passes Verify; every
 // destination queue exists (a migration never creates one) and can end a routing key; the
-// latest due time is within MaxDelay. Check runs it alone (--dry-run). Problems stop the
-// migration, unless SkipUnmigratable (--skip-unmigratable) lets it leave the timeouts concerned
+// latest due time is within MaxDelay. --dry-run runs it alone. Problems stop the
+// migration, unless --skip-unmigratable lets it leave the timeouts concerned
 // in the store, for the timeout manager, and list each by id and reason.
 //
 // Then each worker repeats: Hide a batch (the timeout managers' pollers cannot claim it any
@@ -139,14 +139,14 @@
 //   - Killed at any point (kill -9, a crash, a lost connection): the timeouts it hid and did not
 //     remove stay hidden; running the same command again takes them over, after the others, and
 //     sends them. Those of the batches in flight at the kill that the broker had already taken
-//     arrive twice: at most Workers × BatchSize messages. Nothing is lost. Until a rerun, hidden
+//     arrive twice: at most --workers × --batch messages. Nothing is lost. Until a rerun, hidden
 //     timeouts are out of the timeout managers' reach.
 //   - Interrupted (SIGINT or SIGTERM, a context cancelled): no new batch starts; the batches in
-//     flight get FinishTimeout to be confirmed and removed; whatever was not confirmed is put back
+//     flight get --finish-timeout (30 s) to be confirmed and removed; whatever was not confirmed is put back
 //     for the timeout managers, so a later run or the managers deliver it. A message whose
 //     confirm did not come in time may have been taken all the same and then arrives twice.
 //   - A timeout a running manager dispatched while its lease ran out, or that was cancelled,
-//     while the migration sent it, is counted in Result.AlreadyGone: it may arrive twice.
+//     while the migration sent it, is counted as "gone" in its report: it may arrive twice.
 //
 // Messages keep their id (the message UUID), body and headers, so receivers that deduplicate by
 // message id see any second copy as one.

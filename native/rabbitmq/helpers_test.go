@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 )
@@ -19,7 +20,7 @@ import (
 type broker struct {
 	url  string
 	conn *amqp.Connection
-	topo rabbitmq.Topology
+	topo nativedelay.Topology
 }
 
 func newBroker(t *testing.T, queueType rabbitmq.QueueType) *broker {
@@ -27,7 +28,7 @@ func newBroker(t *testing.T, queueType rabbitmq.QueueType) *broker {
 	url := testenv.AMQPURL(t)
 	conn, err := amqp.Dial(url)
 	require.NoError(t, err)
-	topo, err := rabbitmq.NewTopology(uniqueName(t, "native"), queueType)
+	topo, err := nativedelay.NewTopology(uniqueName(t, "native"), queueType)
 	require.NoError(t, err)
 	b := &broker{url: url, conn: conn, topo: topo}
 	t.Cleanup(func() {
@@ -63,7 +64,7 @@ func (b *broker) deleteTopology(t *testing.T) {
 		return
 	}
 	defer ch.Close()
-	for level := 0; level < rabbitmq.Levels; level++ {
+	for level := 0; level < nativedelay.Levels; level++ {
 		_, _ = ch.QueueDelete(b.topo.Queue(level), false, false, false)
 		_ = ch.ExchangeDelete(b.topo.Exchange(level), false, false)
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
+	"github.com/timeoutmill/timeoutmill/internal/nativemigrate"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
@@ -42,8 +44,8 @@ func (f *migrationFixture) add(t *testing.T, id, dest string, due time.Time) {
 	require.True(t, inserted)
 }
 
-func (f *migrationFixture) config() rabbitmq.MigrationConfig {
-	return rabbitmq.MigrationConfig{Store: f.store, Publisher: f.pub, BatchSize: 7, Workers: 3, Logger: watermill.NopLogger{}}
+func (f *migrationFixture) config() nativemigrate.MigrationConfig {
+	return nativemigrate.MigrationConfig{Store: f.store, Publisher: f.pub, BatchSize: 7, Workers: 3, Logger: watermill.NopLogger{}}
 }
 
 func (f *migrationFixture) survey(t *testing.T) persistence.Survey {
@@ -61,7 +63,7 @@ func (f *migrationFixture) levelMessages(t *testing.T) map[string]int {
 	require.NoError(t, err)
 	defer ch.Close() // every message got returns to its queue
 	ids := map[string]int{}
-	for level := 0; level < rabbitmq.Levels; level++ {
+	for level := 0; level < nativedelay.Levels; level++ {
 		for {
 			d, ok, err := ch.Get(f.b.topo.Queue(level), false)
 			require.NoError(t, err)
@@ -96,15 +98,15 @@ func TestMigrateMovesEveryTimeout(t *testing.T) {
 		f.add(t, fmt.Sprintf("soon-%02d", i), f.dest, now.Add(3*time.Second))
 		f.add(t, fmt.Sprintf("later-%02d", i), f.dest, now.Add(time.Duration(i+1)*24*time.Hour))
 	}
-	var last rabbitmq.Progress
+	var last nativemigrate.Progress
 	cfg := f.config()
-	cfg.OnProgress = func(p rabbitmq.Progress) { last = p }
-	res, err := rabbitmq.Migrate(context.Background(), cfg)
+	cfg.OnProgress = func(p nativemigrate.Progress) { last = p }
+	res, err := nativemigrate.Migrate(context.Background(), cfg)
 	require.NoError(t, err)
 	require.Equal(t, 60, res.Migrated)
 	require.Empty(t, res.Unmigratable)
 	require.Zero(t, res.Released)
-	require.Equal(t, rabbitmq.Progress{Total: 60, Done: 60, Migrated: 60, Elapsed: last.Elapsed}, last)
+	require.Equal(t, nativemigrate.Progress{Total: 60, Done: 60, Migrated: 60, Elapsed: last.Elapsed}, last)
 	require.Zero(t, f.survey(t).Count, "the store is empty")
 
 	msgs := f.b.subscribe(t, f.dest)
@@ -141,8 +143,8 @@ func TestMigratePreflightChangesNothing(t *testing.T) {
 	f.add(t, "wildcard", "orders.#", now.Add(time.Hour))
 	f.add(t, "too-late", f.dest, now.Add(rabbitmq.MaxDelay+time.Hour))
 
-	_, err := rabbitmq.Migrate(ctx, f.config())
-	require.ErrorIs(t, err, rabbitmq.ErrPreflight)
+	_, err := nativemigrate.Migrate(ctx, f.config())
+	require.ErrorIs(t, err, nativemigrate.ErrPreflight)
 	require.ErrorContains(t, err, "destination queue "+missing+" does not exist (1 timeout(s))")
 	require.ErrorContains(t, err, `destination "orders.#" cannot be reached natively`)
 	require.ErrorContains(t, err, "longer than the 268,435,455 s")
@@ -158,8 +160,8 @@ func TestMigratePreflightChangesNothing(t *testing.T) {
 	require.NoError(t, err)
 	cfg := f.config()
 	cfg.SkipUnmigratable = true
-	_, err = rabbitmq.Migrate(ctx, cfg)
-	require.ErrorIs(t, err, rabbitmq.ErrPreflight)
+	_, err = nativemigrate.Migrate(ctx, cfg)
+	require.ErrorIs(t, err, nativemigrate.ErrPreflight)
 	require.ErrorContains(t, err, "queue "+f.b.topo.Queue(9)+" is missing")
 	require.Equal(t, 4, f.survey(t).Count)
 }
@@ -179,7 +181,7 @@ func TestMigrateLeavesTheUnmigratableAndSaysWhy(t *testing.T) {
 
 	cfg := f.config()
 	cfg.SkipUnmigratable = true
-	res, err := rabbitmq.Migrate(ctx, cfg)
+	res, err := nativemigrate.Migrate(ctx, cfg)
 	require.NoError(t, err)
 	require.Equal(t, 10, res.Migrated)
 	reasons := map[string]string{}
@@ -208,7 +210,7 @@ func TestMigrateCutoffLeavesEarlierTimeouts(t *testing.T) {
 	f.add(t, "later", f.dest, now.Add(2*time.Hour))
 	cfg := f.config()
 	cfg.Cutoff = now.Add(time.Hour)
-	res, err := rabbitmq.Migrate(context.Background(), cfg)
+	res, err := nativemigrate.Migrate(context.Background(), cfg)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Migrated)
 	require.Equal(t, 1, res.Preflight.Survey.Count)
@@ -226,12 +228,12 @@ func TestMigrateInterruptedPutsUnsentBackAndARerunFinishes(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := f.config()
-	cfg.OnProgress = func(p rabbitmq.Progress) {
+	cfg.OnProgress = func(p nativemigrate.Progress) {
 		if p.Done >= 20 {
 			cancel()
 		}
 	}
-	res, err := rabbitmq.Migrate(ctx, cfg)
+	res, err := nativemigrate.Migrate(ctx, cfg)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Positive(t, res.Migrated)
 	require.Less(t, res.Migrated, n)
@@ -239,7 +241,7 @@ func TestMigrateInterruptedPutsUnsentBackAndARerunFinishes(t *testing.T) {
 	require.Equal(t, n-res.Migrated, sv.Count, "every timeout is migrated or still stored")
 	require.Zero(t, sv.Hidden, "nothing stays hidden after an interruption")
 
-	res2, err := rabbitmq.Migrate(context.Background(), f.config())
+	res2, err := nativemigrate.Migrate(context.Background(), f.config())
 	require.NoError(t, err)
 	require.Equal(t, n, res.Migrated+res2.Migrated)
 	require.Zero(t, f.survey(t).Count)
@@ -265,7 +267,7 @@ func TestMigrateTakesOverWhatAStoppedMigrationHid(t *testing.T) {
 
 	cfg := f.config()
 	cfg.Cutoff = now.Add(5*time.Hour + time.Minute) // t-05 and later; t-00 .. t-04 were hidden
-	res, err := rabbitmq.Migrate(ctx, cfg)
+	res, err := nativemigrate.Migrate(ctx, cfg)
 	require.NoError(t, err)
 	require.Equal(t, 7, res.Preflight.Survey.Hidden, "hidden and due after the cutoff")
 	require.Equal(t, 25, res.Migrated)
@@ -274,7 +276,7 @@ func TestMigrateTakesOverWhatAStoppedMigrationHid(t *testing.T) {
 	require.Equal(t, 5, sv.Count)
 	require.Zero(t, sv.Hidden)
 
-	res, err = rabbitmq.Migrate(ctx, f.config())
+	res, err = nativemigrate.Migrate(ctx, f.config())
 	require.NoError(t, err)
 	require.Equal(t, 5, res.Migrated)
 	require.Zero(t, f.survey(t).Count)
@@ -322,13 +324,13 @@ func TestMigrateRemovesInOneCallWhereTheStoreCanAndOneByOneOtherwise(t *testing.
 	cfg.Workers, cfg.BatchSize = 1, 10
 	cfg.Store = oneByOne{seam: f.store, Handover: f.store}
 	cfg.Cutoff = now.Add(20*time.Hour + time.Minute) // t-20 and later
-	res, err := rabbitmq.Migrate(context.Background(), cfg)
+	res, err := nativemigrate.Migrate(context.Background(), cfg)
 	require.NoError(t, err)
 	require.Equal(t, 20, res.Migrated)
 
 	many := &batchRemover{seam: f.store, Handover: f.store}
 	cfg.Store, cfg.Cutoff = many, time.Time{}
-	res, err = rabbitmq.Migrate(context.Background(), cfg)
+	res, err = nativemigrate.Migrate(context.Background(), cfg)
 	require.NoError(t, err)
 	require.Equal(t, 20, res.Migrated)
 	require.Equal(t, int32(2), many.calls.Load(), "one RemoveMany per batch")

@@ -12,8 +12,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
+	"github.com/timeoutmill/timeoutmill/internal/amqpmarshal"
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
-	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 var (
@@ -35,9 +37,9 @@ var (
 // mandatory and confirmed: one the broker returns (a missing binding) or refuses makes Publish
 // fail, never vanishes. Delivered messages keep their body, UUID and headers, less the timeout
 // manager's routing headers; the broker adds x-death on the way, which amqptransport's
-// Marshaler drops when the destination consumes them.
+// Subscriber drops when the destination consumes them.
 type Publisher struct {
-	topo     Topology
+	topo     nativedelay.Topology
 	url      string
 	conn     *amqpconn.Conn
 	declarer *amqptransport.Publisher
@@ -45,7 +47,7 @@ type Publisher struct {
 	now      func() time.Time
 
 	// slots holds one entry per channel the Publisher may have open, nil for one not open.
-	slots   chan *sender
+	slots   chan *nativedelay.Sender
 	size    int
 	closing chan struct{}
 
@@ -69,6 +71,10 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
+	topo, err := config.topology()
+	if err != nil {
+		return nil, err
+	}
 	declarer, err := amqptransport.NewPublisher(config.transportConfig(), logger) // it adds the broker to its logs
 	if err != nil {
 		return nil, err
@@ -81,13 +87,13 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 		return nil, fmt.Errorf("rabbitmq: connecting to %s: %w", where(config.URL), redactError(err, config.URL))
 	}
 	p := &Publisher{
-		topo:     config.topology(),
+		topo:     topo,
 		url:      config.URL,
 		conn:     conn,
 		declarer: declarer,
 		logger:   logger,
 		now:      time.Now,
-		slots:    make(chan *sender, config.ChannelPoolSize),
+		slots:    make(chan *nativedelay.Sender, config.ChannelPoolSize),
 		size:     config.ChannelPoolSize,
 		closing:  make(chan struct{}),
 		bound:    map[string]struct{}{},
@@ -98,10 +104,10 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 	return p, nil
 }
 
-// Topology is the delay infrastructure the Publisher sends through.
-func (p *Publisher) Topology() Topology { return p.topo }
-
-// Setup declares the delay infrastructure (idempotent); see Topology.Setup.
+// Setup declares the delay infrastructure (idempotent): every exchange, queue and binding of the
+// 28 levels, the delivery exchange and the probe queue, as `timeoutmill native setup` does. A
+// queue that exists with other arguments (another TTL, another queue type) makes it fail with the
+// broker's PRECONDITION_FAILED, naming the queue; Verify lists every such difference.
 func (p *Publisher) Setup(ctx context.Context) error {
 	conn, err := p.connection()
 	if err != nil {
@@ -110,7 +116,10 @@ func (p *Publisher) Setup(ctx context.Context) error {
 	return p.topo.Setup(ctx, conn)
 }
 
-// Verify checks the delay infrastructure; see Topology.Verify.
+// Verify checks the delay infrastructure without changing it, as `timeoutmill native verify`
+// does: nil when every exchange, queue, queue argument and binding is as Setup declares it, an
+// error wrapping ErrTopology that lists each problem otherwise, or another error when it could
+// not check.
 func (p *Publisher) Verify(ctx context.Context) error {
 	conn, err := p.connection()
 	if err != nil {
@@ -131,7 +140,7 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	now := p.now()
 	out := make([]Delayed, len(messages))
 	for i, msg := range messages {
-		due, _, err := wire.Due(msg.Metadata, now)
+		due, _, err := wireparse.Due(msg.Metadata, now)
 		if err != nil {
 			return fmt.Errorf("rabbitmq: message %s for %s: %w", msg.UUID, topic, err)
 		}
@@ -165,7 +174,7 @@ type Delayed struct {
 // been taken then.
 func (p *Publisher) Send(ctx context.Context, now time.Time, messages []Delayed) (results []error, err error) {
 	results = make([]error, len(messages))
-	out := make([]outgoing, 0, len(messages))
+	out := make([]nativedelay.Outgoing, 0, len(messages))
 	index := make([]int, 0, len(messages)) // out[j] is messages[index[j]]
 	var destinations []string
 	seen := map[string]struct{}{}
@@ -200,9 +209,9 @@ func (p *Publisher) Send(ctx context.Context, now time.Time, messages []Delayed)
 	if err != nil {
 		return fail(err)
 	}
-	sent, err := s.send(ctx, out)
+	sent, err := s.Send(ctx, out)
 	if err != nil {
-		s.close()
+		s.Close()
 		s = nil
 		err = fmt.Errorf("rabbitmq: publishing: %w", err)
 	}
@@ -215,28 +224,28 @@ func (p *Publisher) Send(ctx context.Context, now time.Time, messages []Delayed)
 
 // outgoing is d as the message to publish: to the exchange of its highest delay bit, or to the
 // delivery exchange when it is due, with the routing key of its delay and destination.
-func (p *Publisher) outgoing(now time.Time, d Delayed) (outgoing, error) {
+func (p *Publisher) outgoing(now time.Time, d Delayed) (nativedelay.Outgoing, error) {
 	var delay time.Duration
 	if !d.Due.IsZero() {
 		delay = d.Due.Sub(now)
 	}
-	seconds, err := Seconds(delay)
+	seconds, err := nativedelay.Seconds(delay)
 	if err != nil {
-		return outgoing{}, fmt.Errorf("message %s for %s: %w", d.Message.UUID, d.Destination, err)
+		return nativedelay.Outgoing{}, fmt.Errorf("message %s for %s: %w", d.Message.UUID, d.Destination, err)
 	}
-	key, err := RoutingKey(seconds, d.Destination)
+	key, err := nativedelay.RoutingKey(seconds, d.Destination)
 	if err != nil {
-		return outgoing{}, err
+		return nativedelay.Outgoing{}, err
 	}
 	exchange := p.topo.DeliveryExchange()
-	if level := Level(seconds); level >= 0 {
+	if level := nativedelay.Level(seconds); level >= 0 {
 		exchange = p.topo.Exchange(level)
 	}
-	msg, err := amqptransport.Marshaler{}.Marshal(withoutRouting(d.Message))
+	msg, err := amqpmarshal.Marshaler{}.Marshal(withoutRouting(d.Message))
 	if err != nil {
-		return outgoing{}, fmt.Errorf("marshaling message %s: %w", d.Message.UUID, err)
+		return nativedelay.Outgoing{}, fmt.Errorf("marshaling message %s: %w", d.Message.UUID, err)
 	}
-	return outgoing{exchange: exchange, key: key, msg: msg}, nil
+	return nativedelay.Outgoing{Exchange: exchange, Key: key, Msg: msg}, nil
 }
 
 // withoutRouting is msg without the timeout manager's routing headers, which mean nothing to the
@@ -245,7 +254,7 @@ func withoutRouting(msg *message.Message) *message.Message {
 	out := message.NewMessage(msg.UUID, msg.Payload)
 	out.Metadata = make(message.Metadata, len(msg.Metadata))
 	for k, v := range msg.Metadata {
-		if !wire.IsRoutingHeader(k) {
+		if !wireparse.IsRoutingHeader(k) {
 			out.Metadata[k] = v
 		}
 	}
@@ -253,7 +262,8 @@ func withoutRouting(msg *message.Message) *message.Message {
 }
 
 // EnsureDestinations makes sure each destination queue exists and is bound to the delivery
-// exchange (DestinationBindingKey; a legacy "#.<queue>" binding is removed), asking the broker
+// exchange (on 28 "*" words and the queue's name; a legacy "#.<queue>" binding is removed, see
+// the package documentation), asking the broker
 // once per destination and connection.
 func (p *Publisher) EnsureDestinations(ctx context.Context, destinations ...string) error {
 	conn, err := p.connection()
@@ -272,16 +282,16 @@ func (p *Publisher) EnsureDestinations(ctx context.Context, destinations ...stri
 	}
 	p.mu.Unlock()
 	for _, d := range missing {
-		if err := ValidateDestination(d); err != nil {
+		if err := nativedelay.ValidateDestination(d); err != nil {
 			return err
 		}
 		if err := p.declarer.DeclareQueues(ctx, d); err != nil {
 			return fmt.Errorf("rabbitmq: destination %s: %w", d, err)
 		}
-		err := onChannel(conn, func(ch *amqp.Channel) error { return p.topo.bindDestination(ch, d) })
-		if amqpCode(err) == amqp.NotFound {
+		err := nativedelay.OnChannel(conn, func(ch *amqp.Channel) error { return p.topo.BindDestination(ch, d) })
+		if nativedelay.AMQPCode(err) == amqp.NotFound {
 			return fmt.Errorf("%w: binding destination %s to exchange %s: %s (run `timeoutmill native setup`)",
-				ErrTopology, d, p.topo.DeliveryExchange(), reason(err))
+				ErrTopology, d, p.topo.DeliveryExchange(), nativedelay.Reason(err))
 		}
 		if err != nil {
 			return fmt.Errorf("rabbitmq: binding destination %s to exchange %s: %w", d, p.topo.DeliveryExchange(), err)
@@ -304,14 +314,14 @@ func (p *Publisher) DestinationExists(ctx context.Context, destination string) (
 	if err != nil {
 		return false, err
 	}
-	err = onChannel(conn, func(ch *amqp.Channel) error {
+	err = nativedelay.OnChannel(conn, func(ch *amqp.Channel) error {
 		_, err := ch.QueueDeclarePassive(destination, true, false, false, false, nil)
 		return err
 	})
 	switch {
 	case err == nil:
 		return true, nil
-	case amqpCode(err) == amqp.NotFound:
+	case nativedelay.AMQPCode(err) == amqp.NotFound:
 		return false, nil
 	}
 	return false, fmt.Errorf("rabbitmq: checking queue %s: %w", destination, err)
@@ -324,7 +334,7 @@ func (p *Publisher) Close() error {
 		close(p.closing)
 		for range p.size {
 			if s := <-p.slots; s != nil {
-				s.close()
+				s.Close()
 			}
 		}
 		p.closeErr = errors.Join(p.declarer.Close(), p.conn.Close())
@@ -346,8 +356,8 @@ func (p *Publisher) connection() (*amqp.Connection, error) {
 }
 
 // get waits for a free slot and returns a sender on the current connection; put gives it back.
-func (p *Publisher) get(ctx context.Context) (*sender, error) {
-	var s *sender
+func (p *Publisher) get(ctx context.Context) (*nativedelay.Sender, error) {
+	var s *nativedelay.Sender
 	select {
 	case <-p.closing:
 		return nil, ErrClosed
@@ -360,17 +370,17 @@ func (p *Publisher) get(ctx context.Context) (*sender, error) {
 		p.put(s)
 		return nil, err
 	}
-	if s != nil && s.usable(conn) {
+	if s != nil && s.Usable(conn) {
 		return s, nil
 	}
 	if s != nil {
-		s.close()
+		s.Close()
 	}
-	if s, err = newSender(conn); err != nil {
+	if s, err = nativedelay.NewSender(conn); err != nil {
 		p.put(nil)
 		return nil, err
 	}
 	return s, nil
 }
 
-func (p *Publisher) put(s *sender) { p.slots <- s }
+func (p *Publisher) put(s *nativedelay.Sender) { p.slots <- s }

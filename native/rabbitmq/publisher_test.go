@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
@@ -121,7 +122,7 @@ func TestPublisherFailsInsteadOfDropping(t *testing.T) {
 	require.ErrorIs(t, pub.Publish("orders.#", message.NewMessage(watermill.NewUUID(), nil)), rabbitmq.ErrInvalidDestination)
 
 	// Without the binding of level 2's queue, a 5 s delay (entering at level 2) is returned.
-	require.NoError(t, b.channel(t).QueueUnbind(b.topo.Queue(2), rabbitmq.QueueBindingKey(2), b.topo.Exchange(2), nil))
+	require.NoError(t, b.channel(t).QueueUnbind(b.topo.Queue(2), nativedelay.QueueBindingKey(2), b.topo.Exchange(2), nil))
 	delayed := message.NewMessage(watermill.NewUUID(), nil)
 	timeouts.DeliverAfter(delayed, 5*time.Second)
 	err = pub.Publish(dest, delayed)

@@ -4,7 +4,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
+	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 )
 
 // redactText hides rawURL's password in text (dial errors may quote the URL).
@@ -38,4 +38,4 @@ func (e *redactedError) Error() string { return e.text }
 func (e *redactedError) Unwrap() error { return e.err }
 
 // where names the broker in errors, without its password.
-func where(rawURL string) string { return amqptransport.Redact(rawURL) }
+func where(rawURL string) string { return amqpconn.Redact(rawURL) }

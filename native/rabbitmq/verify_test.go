@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 )
 
@@ -32,7 +33,7 @@ func TestSetupIsIdempotentAndVerifyPasses(t *testing.T) {
 func TestVerifyPassesWithTheLongestPrefix(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t, rabbitmq.Classic)
-	topo, err := rabbitmq.NewTopology(b.topo.Prefix()+"-"+strings.Repeat("p", 186-len(b.topo.Prefix())-1), rabbitmq.Classic)
+	topo, err := nativedelay.NewTopology(b.topo.Prefix()+"-"+strings.Repeat("p", 186-len(b.topo.Prefix())-1), rabbitmq.Classic)
 	require.NoError(t, err)
 	b.topo = topo // deleted by newBroker's cleanup
 	b.setup(t)
@@ -47,14 +48,14 @@ func TestVerifyNamesEachMissingOrWrongPiece(t *testing.T) {
 	ch := b.channel(t)
 	_, err := ch.QueueDelete(b.topo.Queue(3), false, false, false)
 	require.NoError(t, err)
-	require.NoError(t, ch.QueueUnbind(b.topo.Queue(7), rabbitmq.QueueBindingKey(7), b.topo.Exchange(7), nil))
-	require.NoError(t, ch.ExchangeUnbind(b.topo.Exchange(11), rabbitmq.NextBindingKey(12), b.topo.Exchange(12), false, nil))
-	require.NoError(t, ch.ExchangeUnbind(b.topo.DeliveryExchange(), rabbitmq.NextBindingKey(0), b.topo.Exchange(0), false, nil))
+	require.NoError(t, ch.QueueUnbind(b.topo.Queue(7), nativedelay.QueueBindingKey(7), b.topo.Exchange(7), nil))
+	require.NoError(t, ch.ExchangeUnbind(b.topo.Exchange(11), nativedelay.NextBindingKey(12), b.topo.Exchange(12), false, nil))
+	require.NoError(t, ch.ExchangeUnbind(b.topo.DeliveryExchange(), nativedelay.NextBindingKey(0), b.topo.Exchange(0), false, nil))
 	require.NoError(t, ch.ExchangeDelete(b.topo.Exchange(20), false, false))
 
 	err = b.topo.Verify(ctx, b.conn)
 	require.ErrorIs(t, err, rabbitmq.ErrTopology)
-	var verr *rabbitmq.VerifyError
+	var verr *nativedelay.VerifyError
 	require.True(t, errors.As(err, &verr))
 	var got []string
 	for _, p := range verr.Problems {
@@ -64,9 +65,9 @@ func TestVerifyNamesEachMissingOrWrongPiece(t *testing.T) {
 	prefix := b.topo.Prefix()
 	require.Contains(t, got, "queue "+prefix+".delay-level-03 is missing")
 	require.Contains(t, got, "exchange "+prefix+".delay-level-20 is missing")
-	require.Contains(t, err.Error(), "binding of queue "+prefix+".delay-level-07 to exchange "+prefix+".delay-level-07 on "+rabbitmq.QueueBindingKey(7)+" is missing")
-	require.Contains(t, err.Error(), "binding of exchange "+prefix+".delay-level-11 to exchange "+prefix+".delay-level-12 on "+rabbitmq.NextBindingKey(12)+" is missing")
-	require.Contains(t, err.Error(), "binding of exchange "+prefix+".delay-delivery to exchange "+prefix+".delay-level-00 on "+rabbitmq.NextBindingKey(0)+" is missing")
+	require.Contains(t, err.Error(), "binding of queue "+prefix+".delay-level-07 to exchange "+prefix+".delay-level-07 on "+nativedelay.QueueBindingKey(7)+" is missing")
+	require.Contains(t, err.Error(), "binding of exchange "+prefix+".delay-level-11 to exchange "+prefix+".delay-level-12 on "+nativedelay.NextBindingKey(12)+" is missing")
+	require.Contains(t, err.Error(), "binding of exchange "+prefix+".delay-delivery to exchange "+prefix+".delay-level-00 on "+nativedelay.NextBindingKey(0)+" is missing")
 	require.Len(t, verr.Problems, 5, "only the pieces broken, nothing they made unverifiable: %s", err)
 
 	b.setup(t)
@@ -85,7 +86,7 @@ func TestVerifyNamesAQueueWithOtherArguments(t *testing.T) {
 	args["x-message-ttl"] = int64(1000)
 	_, err = ch.QueueDeclare(b.topo.Queue(5), true, false, false, false, args)
 	require.NoError(t, err)
-	require.NoError(t, ch.QueueBind(b.topo.Queue(5), rabbitmq.QueueBindingKey(5), b.topo.Exchange(5), false, nil))
+	require.NoError(t, ch.QueueBind(b.topo.Queue(5), nativedelay.QueueBindingKey(5), b.topo.Exchange(5), false, nil))
 
 	err = b.topo.Verify(ctx, b.conn)
 	require.ErrorIs(t, err, rabbitmq.ErrTopology)
@@ -93,7 +94,7 @@ func TestVerifyNamesAQueueWithOtherArguments(t *testing.T) {
 	require.ErrorContains(t, err, "received '32000' but current is '1000'")
 
 	// A classic topology checked against quorum queues names the queue type.
-	classic, err := rabbitmq.NewTopology(b.topo.Prefix(), rabbitmq.Classic)
+	classic, err := nativedelay.NewTopology(b.topo.Prefix(), rabbitmq.Classic)
 	require.NoError(t, err)
 	err = classic.Verify(ctx, b.conn)
 	require.ErrorContains(t, err, "queue "+b.topo.Prefix()+".delay-level-00 is a quorum queue, not classic (set up with the other queue type?)")

@@ -18,6 +18,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/amqpmarshal"
 	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
@@ -356,10 +357,10 @@ func TestAPlainAMQPMessageIsReceivedAsSent(t *testing.T) {
 	require.Equal(t, "plain-1", m.UUID)
 	require.Equal(t, "hello", string(m.Payload))
 	require.Equal(t, message.Metadata{
-		"attempt":                         "3",
-		"urgent":                          "true",
-		"label":                           "ünïcödé",
-		amqptransport.PropertyContentType: "text/plain",
+		"attempt":                       "3",
+		"urgent":                        "true",
+		"label":                         "ünïcödé",
+		amqpmarshal.PropertyContentType: "text/plain",
 	}, m.Metadata)
 }
 

@@ -3,7 +3,6 @@ package amqptransport
 import (
 	"errors"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -68,30 +67,4 @@ func TestUnparsableURLNeverShowsItsPassword(t *testing.T) {
 	require.NotContains(t, err.Error(), "pa%ss")
 	var urlErr *url.Error
 	require.True(t, errors.As(err, &urlErr), "the cause stays reachable: %v", err)
-}
-
-func TestRedact(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{
-		"amqp://guest:guest@127.0.0.1:5682/":        "amqp://guest:xxxxx@127.0.0.1:5682/",
-		"amqps://u:p%40ss@host/vh":                  "amqps://u:xxxxx@host/vh",
-		"amqp://host:5672/":                         "amqp://host:5672/",
-		"amqp://user@host/":                         "amqp://user@host/",
-		"amqp://user:pa#ss@host/":                   "amqp://user:xxxxx@host/",
-		"amqp://user:pa/ss@host/vhost":              "amqp://user:xxxxx@host/vhost",
-		"postgres://u:secret@db:5432/x?ssl=disable": "postgres://u:xxxxx@db:5432/x?ssl=disable",
-	} {
-		got := Redact(in)
-		require.Equal(t, want, got, in)
-	}
-}
-
-func TestRedactError(t *testing.T) {
-	t.Parallel()
-	cause := errors.New(`dial "amqp://u:topsecret@h/": refused; password topsecret`)
-	err := redactError(cause, "amqp://u:topsecret@h/")
-	require.ErrorIs(t, err, cause)
-	require.False(t, strings.Contains(err.Error(), "topsecret"), err.Error())
-	require.Nil(t, redactError(nil, "amqp://u:p@h/"))
-	require.Same(t, cause, redactError(cause, "amqp://h/"), "nothing to hide")
 }

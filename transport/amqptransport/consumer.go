@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
+	"github.com/timeoutmill/timeoutmill/internal/amqpmarshal"
 )
 
 // consumer is a subscription: one AMQP channel whose deliveries are handed out without waiting
@@ -167,7 +168,7 @@ func (c *consumer) session(ctx context.Context) (started bool, err error) {
 // message is the Watermill message of a delivery; done cancels its context, once it is settled
 // (as watermill-amqp's subscriber does).
 func (c *consumer) message(ctx context.Context, d amqp.Delivery) (msg *message.Message, done context.CancelFunc) {
-	msg, _ = Marshaler{}.Unmarshal(d) // never fails: see Marshaler
+	msg, _ = amqpmarshal.Marshaler{}.Unmarshal(d) // never fails: see amqpmarshal.Marshaler
 	if d.Redelivered {
 		msg.Metadata.Set(wamqp.MetadataRedeliveredKey, "true")
 	}

@@ -50,9 +50,15 @@
 //
 // # Producers that are not Watermill
 //
-// Marshaler never fails to read a message: non-string headers become strings, headers the broker
-// adds (x-death and its kin) are dropped, and a message without Watermill's UUID header takes its
-// AMQP message-id as UUID. See Marshaler for the exact rules.
+// The Subscriber never fails to read a message: non-string headers become strings (booleans as
+// "true" or "false", numbers in decimal, timestamps in RFC 3339, arrays and tables as JSON),
+// headers the broker adds (x-death, x-first-death-*, x-last-death-*, x-delivery-count,
+// x-received-from) are dropped, and a message without Watermill's UUID header
+// ("_watermill_message_uuid") takes its AMQP message-id as UUID. The content-type,
+// content-encoding, correlation-id, reply-to, type and app-id properties arrive as the metadata
+// "amqp.content-type", "amqp.content-encoding", "amqp.correlation-id", "amqp.reply-to",
+// "amqp.type" and "amqp.app-id"; the Publisher turns those metadata back into the properties,
+// and sends the UUID as the AMQP message-id too.
 //
 // # Reconnection
 //

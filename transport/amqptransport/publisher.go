@@ -11,7 +11,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
+	"github.com/timeoutmill/timeoutmill/internal/amqpmarshal"
 	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -47,7 +49,7 @@ type Publisher struct {
 	conn      *amqpconn.Conn
 	pool      *channelPool
 	declarer  *declarer
-	marshaler Marshaler
+	marshaler amqpmarshal.Marshaler
 	logger    watermill.LoggerAdapter
 	// transientAnnouncements publishes dispatcherqueue announcements as transient messages.
 	transientAnnouncements bool
@@ -200,13 +202,13 @@ func (p *Publisher) send(ctx context.Context, c pooledChannel, topic string, mes
 // installers. Queues that exist are left as they are, so it is idempotent. It asks the broker
 // each time, even for queues this Publisher declared before.
 func (p *Publisher) DeclareEndpoint(ctx context.Context, endpoint, errorQueue string) error {
-	if err := wire.ValidateName("endpoint", endpoint); err != nil {
+	if err := wireparse.ValidateName("endpoint", endpoint); err != nil {
 		return fmt.Errorf("amqptransport: %w", err)
 	}
 	if errorQueue == "" {
 		errorQueue = wire.DefaultErrorQueue
 	}
-	if err := wire.ValidateName("error queue", errorQueue); err != nil {
+	if err := wireparse.ValidateName("error queue", errorQueue); err != nil {
 		return fmt.Errorf("amqptransport: %w", err)
 	}
 	return p.DeclareQueues(ctx, wire.TimeoutsQueue(endpoint), wire.DispatcherQueue(endpoint), errorQueue)
@@ -251,7 +253,7 @@ func validateTopic(topic string) error {
 func connect(config Config, role string, logger watermill.LoggerAdapter) (*amqpconn.Conn, error) {
 	conn, err := amqpconn.Dial(config.URL, config.amqpConfig(role), config.backoff(), logger)
 	if err != nil {
-		return nil, fmt.Errorf("amqptransport: connecting the %s to %s: %w", role, Redact(config.URL), redactError(err, config.URL))
+		return nil, fmt.Errorf("amqptransport: connecting the %s to %s: %w", role, amqpconn.Redact(config.URL), amqpconn.RedactError(err, config.URL))
 	}
 	return conn, nil
 }
@@ -260,5 +262,5 @@ func withBroker(logger watermill.LoggerAdapter, config Config) watermill.LoggerA
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return logger.With(watermill.LogFields{"broker": Redact(config.URL)})
+	return logger.With(watermill.LogFields{"broker": amqpconn.Redact(config.URL)})
 }

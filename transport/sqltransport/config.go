@@ -173,7 +173,7 @@ func (c Config) Validate() error {
 	if c.DSN != "" && c.Dialect == MySQL {
 		if _, err := gomysql.ParseDSN(c.DSN); err != nil {
 			return invalid("DSN %s is not a go-sql-driver/mysql DSN (user:password@tcp(host:3306)/db): %w",
-				Redact(c.DSN), redactError(err, c.DSN))
+				redact(c.DSN), redactError(err, c.DSN))
 		}
 	}
 	if c.Schema != "" {
@@ -224,9 +224,9 @@ func (c Config) driverName() string {
 	return "pgx"
 }
 
-// Redact returns dsn with its password replaced by "xxxxx", for errors and logs: a URL's, a
+// redact returns dsn with its password replaced by "xxxxx", for errors and logs: a URL's, a
 // go-sql-driver DSN's (user:password@tcp(...)) or a keyword/value DSN's (password=...).
-func Redact(dsn string) string {
+func redact(dsn string) string {
 	if u, err := url.Parse(dsn); err == nil && u.User != nil {
 		return u.Redacted()
 	}

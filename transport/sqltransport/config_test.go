@@ -75,7 +75,7 @@ func TestRedact(t *testing.T) {
 		"host=db password=hunter2 dbname=x":               "host=db password=xxxxx dbname=x",
 		"host=db password='with space' dbname=x":          "host=db password=xxxxx dbname=x",
 	} {
-		require.Equal(t, want, Redact(in), in)
+		require.Equal(t, want, redact(in), in)
 	}
 }
 

@@ -62,7 +62,7 @@ func NewExactlyOnceForwarder(ctx context.Context, publisher message.Publisher, s
 		return nil, fmt.Errorf("%w: the transport's publisher is a %T, not a watermill-sql one of transport/sqltransport, "+
 			"so delivering a message cannot share a transaction with removing its timeout from the store", ErrExactlyOnceUnsupported, publisher)
 	}
-	if pub.Dialect() != PostgreSQL {
+	if pub.dialect() != PostgreSQL {
 		return nil, fmt.Errorf("%w: the transport is on MariaDB/MySQL; exactly once is implemented for a transport and a store "+
 			"on one PostgreSQL database", ErrExactlyOnceUnsupported)
 	}

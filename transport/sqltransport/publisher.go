@@ -11,6 +11,7 @@ import (
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -109,7 +110,7 @@ func (p *Publisher) NewSubscriber(ctx context.Context, config Config, logger wat
 // Endpoint.TimeoutsDispatcher, and of the error queue ("" means wire.DefaultErrorQueue): the
 // installers. Tables that exist are left as they are, so it is idempotent.
 func (p *Publisher) DeclareEndpoint(ctx context.Context, endpoint, errorQueue string) error {
-	if err := wire.ValidateName("endpoint", endpoint); err != nil {
+	if err := wireparse.ValidateName("endpoint", endpoint); err != nil {
 		return fmt.Errorf("sqltransport: %w", err)
 	}
 	if errorQueue == "" {
@@ -134,8 +135,8 @@ func (p *Publisher) Table(topic string) (string, error) {
 	return p.schema.quoted(topic), nil
 }
 
-// Dialect is the database the Publisher writes to.
-func (p *Publisher) Dialect() Dialect { return p.config.Dialect }
+// dialect is the database the Publisher writes to.
+func (p *Publisher) dialect() Dialect { return p.config.Dialect }
 
 // Close waits for publishes in flight, then closes the pool if the Publisher opened it. Publish
 // fails with ErrClosed afterwards. It is safe to call more than once.

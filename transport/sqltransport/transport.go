@@ -38,7 +38,7 @@ func (c Config) names() names {
 func openDB(ctx context.Context, config Config, role string, maxOpen int) (db *sql.DB, owns bool, err error) {
 	where := "the database"
 	if config.DB == nil {
-		where = Redact(config.DSN)
+		where = redact(config.DSN)
 		db, err = sql.Open(config.driverName(), config.DSN)
 		if err != nil {
 			return nil, false, fmt.Errorf("sqltransport: opening the %s's pool on %s: %w", role, where, redactError(err, config.DSN))

@@ -14,9 +14,11 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+
 	// The pure Go SQLite driver, registered as "sqlite".
 	_ "modernc.org/sqlite"
 
+	"github.com/timeoutmill/timeoutmill/internal/amqpmarshal"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 )
 
@@ -250,7 +252,7 @@ func deadLetterPath(quorum bool, hops int) func(ctx context.Context, env Env, pl
 
 		pubs := make([]amqp.Publishing, n)
 		for i := range pubs {
-			p, err := amqptransport.Marshaler{}.Marshal(message.NewMessage(watermill.NewUUID(), payload()))
+			p, err := amqpmarshal.Marshaler{}.Marshal(message.NewMessage(watermill.NewUUID(), payload()))
 			if err != nil {
 				return Result{}, err
 			}

@@ -52,7 +52,7 @@ func nativeRabbitMQ() System {
 				Publish:  pub.Publish,
 				Arrivals: arrivals,
 				Close:    closers.run,
-				Notes: []string{fmt.Sprintf("%s level queues, delays in whole seconds rounded up", pub.Topology().QueueType()),
+				Notes: []string{fmt.Sprintf("%s level queues, delays in whole seconds rounded up", rabbitmq.Quorum), // the Config's default QueueType
 					"each message is dead-lettered once per set bit of its delay in seconds (1–4 here; see the 2-hop ceiling), each time routed through topic exchanges"},
 			}, nil
 		},

@@ -1,4 +1,4 @@
-package amqptransport
+package amqpmarshal
 
 import (
 	"bytes"

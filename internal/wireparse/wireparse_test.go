@@ -1,4 +1,4 @@
-package wire_test
+package wireparse_test
 
 import (
 	"testing"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -18,7 +19,7 @@ func TestParseExpire(t *testing.T) {
 		"2030-01-02T03:04:05.1234561Z":        time.Date(2030, 1, 2, 3, 4, 5, 123_457_000, time.UTC), // rounded up, never early
 		"2030-01-01T22:04:05.000000001-05:00": time.Date(2030, 1, 2, 3, 4, 5, 1000, time.UTC),
 	} {
-		got, err := wire.ParseExpire(in)
+		got, err := wireparse.ParseExpire(in)
 		require.NoError(t, err, in)
 		require.Equal(t, want, got, in)
 		require.Equal(t, time.UTC, got.Location())
@@ -32,7 +33,7 @@ func TestParseExpire(t *testing.T) {
 		"10000-01-01T00:00:00Z": "is not an RFC 3339 time",
 		"2030-13-02T03:04:05Z":  "is not an RFC 3339 time",
 	} {
-		_, err := wire.ParseExpire(in)
+		_, err := wireparse.ParseExpire(in)
 		require.ErrorIs(t, err, wire.ErrInvalidHeader, in)
 		require.ErrorContains(t, err, why, in)
 	}
@@ -42,45 +43,45 @@ func TestDue(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2030, 1, 2, 3, 4, 5, 700_000_000, time.UTC)
 
-	_, delayed, err := wire.Due(map[string]string{"other": "x"}, now)
+	_, delayed, err := wireparse.Due(map[string]string{"other": "x"}, now)
 	require.NoError(t, err)
 	require.False(t, delayed)
 
-	due, delayed, err := wire.Due(map[string]string{wire.HeaderExpire: "2030-01-02T03:04:09.5Z", wire.HeaderWatermillDelayedUntil: "2031-01-01T00:00:00Z"}, now)
+	due, delayed, err := wireparse.Due(map[string]string{wire.HeaderExpire: "2030-01-02T03:04:09.5Z", wire.HeaderWatermillDelayedUntil: "2031-01-01T00:00:00Z"}, now)
 	require.NoError(t, err)
 	require.True(t, delayed)
 	require.Equal(t, time.Date(2030, 1, 2, 3, 4, 9, 500_000_000, time.UTC), due, "timeout.expire wins")
 
 	// Watermill's delay.For(1.5s) at now writes until = floor(now+1.5s) = 03:04:07 and for = 1.5s.
 	md := map[string]string{wire.HeaderWatermillDelayedUntil: "2030-01-02T03:04:07Z", wire.HeaderWatermillDelayedFor: "1.5s"}
-	due, _, err = wire.Due(md, now)
+	due, _, err = wireparse.Due(md, now)
 	require.NoError(t, err)
 	require.Equal(t, now.Add(1500*time.Millisecond), due, "now + delayed_for recovers the fraction")
 
 	// Received much later (say at the satellite), the end of the truncated second caps it.
-	due, _, err = wire.Due(md, now.Add(10*time.Second))
+	due, _, err = wireparse.Due(md, now.Add(10*time.Second))
 	require.NoError(t, err)
 	require.Equal(t, time.Date(2030, 1, 2, 3, 4, 8, 0, time.UTC), due)
 
 	// Without delayed_for, the end of the second: never early.
-	due, _, err = wire.Due(map[string]string{wire.HeaderWatermillDelayedUntil: "2030-01-02T03:04:07Z"}, now)
+	due, _, err = wireparse.Due(map[string]string{wire.HeaderWatermillDelayedUntil: "2030-01-02T03:04:07Z"}, now)
 	require.NoError(t, err)
 	require.Equal(t, time.Date(2030, 1, 2, 3, 4, 8, 0, time.UTC), due)
 
 	// With a fraction (not written by Watermill itself), taken as it stands.
-	due, _, err = wire.Due(map[string]string{wire.HeaderWatermillDelayedUntil: "2030-01-02T03:04:07.25Z"}, now)
+	due, _, err = wireparse.Due(map[string]string{wire.HeaderWatermillDelayedUntil: "2030-01-02T03:04:07.25Z"}, now)
 	require.NoError(t, err)
 	require.Equal(t, time.Date(2030, 1, 2, 3, 4, 7, 250_000_000, time.UTC), due)
 
-	_, _, err = wire.Due(map[string]string{wire.HeaderWatermillDelayedUntil: "soon"}, now)
+	_, _, err = wireparse.Due(map[string]string{wire.HeaderWatermillDelayedUntil: "soon"}, now)
 	require.ErrorIs(t, err, wire.ErrInvalidHeader)
-	_, _, err = wire.Due(map[string]string{wire.HeaderExpire: ""}, now)
+	_, _, err = wireparse.Due(map[string]string{wire.HeaderExpire: ""}, now)
 	require.ErrorIs(t, err, wire.ErrInvalidHeader)
 }
 
 func TestDestination(t *testing.T) {
 	t.Parallel()
-	d, err := wire.Destination(map[string]string{wire.HeaderDestination: "billing.payments-ünï"})
+	d, err := wireparse.Destination(map[string]string{wire.HeaderDestination: "billing.payments-ünï"})
 	require.NoError(t, err)
 	require.Equal(t, "billing.payments-ünï", d)
 
@@ -89,11 +90,11 @@ func TestDestination(t *testing.T) {
 		long[i] = 'a'
 	}
 	for v, why := range map[string]string{"": "is empty", " ": "is empty", "a\nb": "control character", "\xff": "not valid UTF-8", string(long): "longer than"} {
-		_, err := wire.Destination(map[string]string{wire.HeaderDestination: v})
+		_, err := wireparse.Destination(map[string]string{wire.HeaderDestination: v})
 		require.ErrorIs(t, err, wire.ErrInvalidHeader, v)
 		require.ErrorContains(t, err, why)
 	}
-	_, err = wire.Destination(map[string]string{})
+	_, err = wireparse.Destination(map[string]string{})
 	require.ErrorContains(t, err, "is missing")
 }
 
@@ -102,9 +103,9 @@ func TestQueueNamesAndValidateName(t *testing.T) {
 	require.Equal(t, "orders.Timeouts", wire.TimeoutsQueue("orders"))
 	require.Equal(t, "orders.TimeoutsDispatcher", wire.DispatcherQueue("orders"))
 	require.Equal(t, "orders.Deferred.host-1", wire.DeferredQueue("orders", "host-1"))
-	require.NoError(t, wire.ValidateName("endpoint", "orders.eu-1_ü"))
+	require.NoError(t, wireparse.ValidateName("endpoint", "orders.eu-1_ü"))
 	for _, bad := range []string{"", "has space", "tab\t", ".lead", "trail.", string(make([]byte, 201))} {
-		require.ErrorIs(t, wire.ValidateName("endpoint", bad), wire.ErrInvalidName, bad)
+		require.ErrorIs(t, wireparse.ValidateName("endpoint", bad), wire.ErrInvalidName, bad)
 	}
 }
 
@@ -115,12 +116,12 @@ func FuzzParseExpire(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		got, err := wire.ParseExpire(s)
+		got, err := wireparse.ParseExpire(s)
 		if err != nil {
 			require.ErrorIs(t, err, wire.ErrInvalidHeader)
 			return
 		}
-		again, err := wire.ParseExpire(wire.FormatExpire(got))
+		again, err := wireparse.ParseExpire(wireparse.FormatExpire(got))
 		if got.Year() > 9999 { // rounding up 9999-12-31T23:59:59.9999999Z crosses into year 10000
 			return
 		}

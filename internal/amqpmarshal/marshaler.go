@@ -1,4 +1,7 @@
-package amqptransport
+// Package amqpmarshal converts between Watermill messages and AMQP messages for
+// transport/amqptransport's Publisher and Subscriber and for native/rabbitmq's Publisher, so that
+// whatever a producer that is not Watermill sends is delivered (see Marshaler).
+package amqpmarshal
 
 import (
 	"encoding/json"

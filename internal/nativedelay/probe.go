@@ -1,4 +1,4 @@
-package rabbitmq
+package nativedelay
 
 import (
 	"context"
@@ -12,14 +12,14 @@ import (
 // that reaches a level queue leaves it at once, and marked so that nobody mistakes one for a
 // message of an application.
 type prober struct {
-	s *sender
+	s *Sender
 }
 
 // probeHeader marks probe messages.
 const probeHeader = "timeoutmill-probe"
 
 func newProber(conn *amqp.Connection) (*prober, error) {
-	s, err := newSender(conn)
+	s, err := NewSender(conn)
 	if err != nil {
 		return nil, err
 	}
@@ -28,7 +28,7 @@ func newProber(conn *amqp.Connection) (*prober, error) {
 
 // routes reports whether a probe published to exchange with key reaches a queue.
 func (p *prober) routes(ctx context.Context, exchange, key string) (bool, error) {
-	results, err := p.s.send(ctx, []outgoing{{exchange: exchange, key: key, msg: amqp.Publishing{
+	results, err := p.s.Send(ctx, []Outgoing{{Exchange: exchange, Key: key, Msg: amqp.Publishing{
 		MessageId:  probeHeader, // a return is matched by exchange and key; a key can take all of a short string's 255 bytes
 		Expiration: "0",
 		Headers:    amqp.Table{probeHeader: true},
@@ -45,4 +45,4 @@ func (p *prober) routes(ctx context.Context, exchange, key string) (bool, error)
 	return false, fmt.Errorf("probe to exchange %s: %w", exchange, results[0])
 }
 
-func (p *prober) close() { p.s.close() }
+func (p *prober) close() { p.s.Close() }

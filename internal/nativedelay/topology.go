@@ -1,4 +1,4 @@
-package rabbitmq
+package nativedelay
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/timeoutmill/timeoutmill/internal/configerr"
 )
 
 // QueueType is the kind of queue each delay level uses.
@@ -56,13 +58,13 @@ func NewTopology(prefix string, queueType QueueType) (Topology, error) {
 	}
 	switch {
 	case len(prefix) > maxPrefix:
-		return Topology{}, fmt.Errorf("%w: prefix %q is longer than %d bytes", ErrInvalidConfig, prefix, maxPrefix)
+		return Topology{}, fmt.Errorf("%w: prefix %q is longer than %d bytes", configerr.ErrInvalidConfig, prefix, maxPrefix)
 	case strings.ContainsAny(prefix, "*# \t\r\n"):
-		return Topology{}, fmt.Errorf("%w: prefix %q must not contain whitespace, '*' or '#'", ErrInvalidConfig, prefix)
+		return Topology{}, fmt.Errorf("%w: prefix %q must not contain whitespace, '*' or '#'", configerr.ErrInvalidConfig, prefix)
 	case strings.HasPrefix(prefix, "amq."):
-		return Topology{}, fmt.Errorf("%w: prefix %q: names starting with amq. are reserved by the broker", ErrInvalidConfig, prefix)
+		return Topology{}, fmt.Errorf("%w: prefix %q: names starting with amq. are reserved by the broker", configerr.ErrInvalidConfig, prefix)
 	case queueType != Quorum && queueType != Classic:
-		return Topology{}, fmt.Errorf("%w: queue type %q: expected %q or %q", ErrInvalidConfig, queueType, Quorum, Classic)
+		return Topology{}, fmt.Errorf("%w: queue type %q: expected %q or %q", configerr.ErrInvalidConfig, queueType, Quorum, Classic)
 	}
 	return Topology{prefix: prefix, queueType: queueType}, nil
 }
@@ -149,11 +151,11 @@ func DestinationBindingKey(destination string) string {
 // Publisher replace it with DestinationBindingKey, and Verify reports it where it can see it.
 func LegacyDestinationBindingKey(destination string) string { return "#." + destination }
 
-// bindDestination binds queue to the delivery exchange on ch with DestinationBindingKey, then
+// BindDestination binds queue to the delivery exchange on ch with DestinationBindingKey, then
 // removes the legacy binding "#.<queue>" if an older version declared it. In this order the
 // queue is never without a binding; while both exist, the broker delivers a message that matches
 // both once.
-func (t Topology) bindDestination(ch *amqp.Channel, queue string) error {
+func (t Topology) BindDestination(ch *amqp.Channel, queue string) error {
 	if err := ch.QueueBind(queue, DestinationBindingKey(queue), t.DeliveryExchange(), false, nil); err != nil {
 		return err
 	}
@@ -169,7 +171,7 @@ func (t Topology) bindDestination(ch *amqp.Channel, queue string) error {
 // fail with the broker's PRECONDITION_FAILED, naming the queue; Verify lists every such
 // difference.
 func (t Topology) Setup(ctx context.Context, conn *amqp.Connection) error {
-	return onChannel(conn, func(ch *amqp.Channel) error {
+	return OnChannel(conn, func(ch *amqp.Channel) error {
 		step := func(what string, do func() error) error {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -215,7 +217,7 @@ func (t Topology) Setup(ctx context.Context, conn *amqp.Connection) error {
 			return err
 		}
 		return step("binding queue "+t.ProbeQueue(), func() error {
-			return t.bindDestination(ch, t.ProbeQueue())
+			return t.BindDestination(ch, t.ProbeQueue())
 		})
 	})
 }
@@ -233,7 +235,7 @@ func (t Topology) BindDestinations(ctx context.Context, conn *amqp.Connection, d
 		if err := ValidateDestination(d); err != nil {
 			return err
 		}
-		err := onChannel(conn, func(ch *amqp.Channel) error { return t.bindDestination(ch, d) })
+		err := OnChannel(conn, func(ch *amqp.Channel) error { return t.BindDestination(ch, d) })
 		if err != nil {
 			return fmt.Errorf("rabbitmq: binding destination %s to exchange %s: %w", d, t.DeliveryExchange(), err)
 		}
@@ -241,8 +243,8 @@ func (t Topology) BindDestinations(ctx context.Context, conn *amqp.Connection, d
 	return nil
 }
 
-// onChannel runs use on a channel of its own (a failed declaration closes its channel).
-func onChannel(conn *amqp.Connection, use func(ch *amqp.Channel) error) error {
+// OnChannel runs use on a channel of its own (a failed declaration closes its channel).
+func OnChannel(conn *amqp.Connection, use func(ch *amqp.Channel) error) error {
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("rabbitmq: opening a channel: %w", err)

@@ -1,4 +1,4 @@
-package rabbitmq
+package nativemigrate
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
+	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
@@ -23,7 +25,8 @@ type Preflight struct {
 	Now time.Time
 	// Survey describes the timeouts due at or after the cutoff.
 	Survey persistence.Survey
-	// Topology is nil when the delay infrastructure passed Verify (a *VerifyError otherwise).
+	// Topology is nil when the delay infrastructure passed Verify (an error wrapping ErrTopology, a
+	// *nativedelay.VerifyError, otherwise).
 	Topology error
 	// MissingDestinations are destination queues that do not exist, with their timeout counts.
 	MissingDestinations map[string]int
@@ -99,13 +102,13 @@ func check(ctx context.Context, config MigrationConfig) (Preflight, error) {
 		return Preflight{}, fmt.Errorf("rabbitmq: surveying the store: %w", err)
 	}
 	if err := config.Publisher.Verify(ctx); err != nil {
-		if !errors.Is(err, ErrTopology) {
+		if !errors.Is(err, rabbitmq.ErrTopology) {
 			return Preflight{}, err
 		}
 		p.Topology = err
 	}
 	for d, n := range p.Survey.Destinations {
-		if err := ValidateDestination(d); err != nil {
+		if err := nativedelay.ValidateDestination(d); err != nil {
 			p.InvalidDestinations[d] = err
 			continue
 		}
@@ -117,7 +120,7 @@ func check(ctx context.Context, config MigrationConfig) (Preflight, error) {
 			p.MissingDestinations[d] = n
 		}
 	}
-	p.LatestMigratable = p.Now.Add(MaxDelay)
+	p.LatestMigratable = p.Now.Add(rabbitmq.MaxDelay)
 	p.TooLate = p.Survey.Latest.After(p.LatestMigratable)
 	return p, nil
 }

@@ -1,4 +1,4 @@
-package wire_test
+package wireparse_test
 
 import (
 	"strings"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -32,7 +33,7 @@ func FuzzDue(f *testing.F) {
 			md[wire.HeaderWatermillDelayedUntil] = until
 			md[wire.HeaderWatermillDelayedFor] = delayedFor
 		}
-		due, delayed, err := wire.Due(md, time.Unix(0, nowNanos))
+		due, delayed, err := wireparse.Due(md, time.Unix(0, nowNanos))
 		if err != nil {
 			require.ErrorIs(t, err, wire.ErrInvalidHeader)
 			require.False(t, delayed)
@@ -57,7 +58,7 @@ func FuzzDue(f *testing.F) {
 		if due.Year() > 9999 {
 			return // RFC 3339 has four-digit years: the stores refuse such a time (persistence.MaxDue)
 		}
-		again, err := wire.ParseExpire(wire.FormatExpire(due))
+		again, err := wireparse.ParseExpire(wireparse.FormatExpire(due))
 		require.NoError(t, err)
 		require.True(t, due.Equal(again), "%s formats and parses back to %s", due, again)
 	})
@@ -70,7 +71,7 @@ func FuzzDestination(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		got, err := wire.Destination(map[string]string{wire.HeaderDestination: s})
+		got, err := wireparse.Destination(map[string]string{wire.HeaderDestination: s})
 		if err != nil {
 			require.ErrorIs(t, err, wire.ErrInvalidHeader)
 			return

@@ -1,4 +1,8 @@
-package recoverability
+// Package errorqueue moves messages that cannot be handled to an error queue, with the failure
+// headers of the wire contract (wire.HeaderFailureReason and the others) and with their UUID,
+// payload and other headers unchanged. The timeout manager's satellites send there what they
+// cannot store or dispatch.
+package errorqueue
 
 import (
 	"fmt"
@@ -22,28 +26,28 @@ type Failure struct {
 	Attempts int
 }
 
-// ErrorQueue moves messages that cannot be handled to an error queue, with failure headers and
+// Queue moves messages that cannot be handled to an error queue, with failure headers and
 // with their UUID, payload and other headers unchanged.
-type ErrorQueue struct {
+type Queue struct {
 	publisher message.Publisher
 	topic     string
 	now       func() time.Time
 }
 
-// NewErrorQueue returns an ErrorQueue that publishes to topic ("" = wire.DefaultErrorQueue).
-func NewErrorQueue(publisher message.Publisher, topic string) *ErrorQueue {
+// New returns a Queue that publishes to topic ("" = wire.DefaultErrorQueue).
+func New(publisher message.Publisher, topic string) *Queue {
 	if topic == "" {
 		topic = wire.DefaultErrorQueue
 	}
-	return &ErrorQueue{publisher: publisher, topic: topic, now: time.Now}
+	return &Queue{publisher: publisher, topic: topic, now: time.Now}
 }
 
 // Topic is the error queue's name.
-func (q *ErrorQueue) Topic() string { return q.topic }
+func (q *Queue) Topic() string { return q.topic }
 
 // Send publishes a copy of msg to the error queue with the failure headers set. The caller acks
 // msg only when Send returned nil; otherwise the message must be retried, never dropped.
-func (q *ErrorQueue) Send(msg *message.Message, f Failure) error {
+func (q *Queue) Send(msg *message.Message, f Failure) error {
 	out := msg.Copy()
 	out.Metadata.Set(wire.HeaderFailureReason, f.Reason)
 	out.Metadata.Set(wire.HeaderFailureQueue, f.Queue)

@@ -1,4 +1,4 @@
-package rabbitmq_test
+package nativedelay_test
 
 import (
 	"strings"
@@ -8,19 +8,19 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 )
 
 // bits writes the 28 words of a routing key from the digits given for the low levels: bits("101")
 // is 25 zeros then 1, 0, 1.
 func bits(low string) string {
-	all := strings.Repeat("0", rabbitmq.Levels-len(low)) + low
+	all := strings.Repeat("0", nativedelay.Levels-len(low)) + low
 	return strings.Join(strings.Split(all, ""), ".") + "."
 }
 
 func TestRoutingKeyKnownAnswers(t *testing.T) {
 	t.Parallel()
-	const max = rabbitmq.MaxDelaySeconds
+	const max = nativedelay.MaxDelaySeconds
 	for _, tt := range []struct {
 		name  string
 		delay time.Duration
@@ -45,13 +45,13 @@ func TestRoutingKeyKnownAnswers(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			seconds, err := rabbitmq.Seconds(tt.delay)
+			seconds, err := nativedelay.Seconds(tt.delay)
 			require.NoError(t, err)
-			require.Equal(t, tt.level, rabbitmq.Level(seconds))
-			key, err := rabbitmq.RoutingKey(seconds, tt.dest)
+			require.Equal(t, tt.level, nativedelay.Level(seconds))
+			key, err := nativedelay.RoutingKey(seconds, tt.dest)
 			require.NoError(t, err)
 			require.Equal(t, tt.key, key)
-			gotSeconds, gotDest, err := rabbitmq.ParseRoutingKey(key)
+			gotSeconds, gotDest, err := nativedelay.ParseRoutingKey(key)
 			require.NoError(t, err)
 			require.Equal(t, seconds, gotSeconds)
 			require.Equal(t, tt.dest, gotDest)
@@ -62,23 +62,23 @@ func TestRoutingKeyKnownAnswers(t *testing.T) {
 func TestDelayBeyondTheLevelsIsAnErrorNamingTheMaximum(t *testing.T) {
 	t.Parallel()
 	for _, d := range []time.Duration{
-		(rabbitmq.MaxDelaySeconds + 1) * time.Second,
-		rabbitmq.MaxDelay + time.Nanosecond, // rounds up past the maximum
+		(nativedelay.MaxDelaySeconds + 1) * time.Second,
+		nativedelay.MaxDelay + time.Nanosecond, // rounds up past the maximum
 		1<<63 - 1,
 	} {
-		_, err := rabbitmq.Seconds(d)
-		require.ErrorIs(t, err, rabbitmq.ErrDelayTooLong, d)
+		_, err := nativedelay.Seconds(d)
+		require.ErrorIs(t, err, nativedelay.ErrDelayTooLong, d)
 		require.ErrorContains(t, err, "268,435,455 s")
 	}
-	_, err := rabbitmq.RoutingKey(rabbitmq.MaxDelaySeconds+1, "orders")
-	require.ErrorIs(t, err, rabbitmq.ErrDelayTooLong)
+	_, err := nativedelay.RoutingKey(nativedelay.MaxDelaySeconds+1, "orders")
+	require.ErrorIs(t, err, nativedelay.ErrDelayTooLong)
 }
 
 func TestDestinationsThatCannotEndARoutingKey(t *testing.T) {
 	t.Parallel()
 	for _, dest := range []string{
 		"",
-		strings.Repeat("a", rabbitmq.MaxDestinationLength+1),
+		strings.Repeat("a", nativedelay.MaxDestinationLength+1),
 		"orders.*",
 		"#.orders",
 		"a.#.b",
@@ -86,14 +86,14 @@ func TestDestinationsThatCannotEndARoutingKey(t *testing.T) {
 		"line\nbreak",
 		string([]byte{0xff, 0xfe}),
 	} {
-		_, err := rabbitmq.RoutingKey(1, dest)
-		require.ErrorIs(t, err, rabbitmq.ErrInvalidDestination, "%q", dest)
+		_, err := nativedelay.RoutingKey(1, dest)
+		require.ErrorIs(t, err, nativedelay.ErrInvalidDestination, "%q", dest)
 	}
-	key, err := rabbitmq.RoutingKey(1, strings.Repeat("a", rabbitmq.MaxDestinationLength))
+	key, err := nativedelay.RoutingKey(1, strings.Repeat("a", nativedelay.MaxDestinationLength))
 	require.NoError(t, err)
 	require.Len(t, key, 255, "the longest destination fills AMQP's routing key exactly")
 	for _, dest := range []string{"a*", "#hash", ".x", "o.r.d.e.r.s"} {
-		_, err := rabbitmq.RoutingKey(1, dest)
+		_, err := nativedelay.RoutingKey(1, dest)
 		require.NoError(t, err, "%q", dest)
 	}
 }
@@ -101,15 +101,15 @@ func TestDestinationsThatCannotEndARoutingKey(t *testing.T) {
 func TestBindingKeys(t *testing.T) {
 	t.Parallel()
 	stars := func(n int) string { return strings.Repeat("*.", n) }
-	require.Equal(t, "1.#", rabbitmq.QueueBindingKey(27))
-	require.Equal(t, "0.#", rabbitmq.NextBindingKey(27))
-	require.Equal(t, stars(27)+"1.#", rabbitmq.QueueBindingKey(0))
-	require.Equal(t, stars(27)+"0.#", rabbitmq.NextBindingKey(0), "level 0's exchange to the delivery exchange")
-	require.Equal(t, stars(24)+"1.#", rabbitmq.QueueBindingKey(3))
-	require.Equal(t, stars(28)+"sales.orders", rabbitmq.DestinationBindingKey("sales.orders"), "one wildcard per delay bit: exactly this destination")
-	require.Equal(t, "#.sales.orders", rabbitmq.LegacyDestinationBindingKey("sales.orders"), "NServiceBus's, removed where found")
-	require.Equal(t, int64(1000), rabbitmq.TTLMillis(0))
-	require.Equal(t, int64(134217728000), rabbitmq.TTLMillis(27))
+	require.Equal(t, "1.#", nativedelay.QueueBindingKey(27))
+	require.Equal(t, "0.#", nativedelay.NextBindingKey(27))
+	require.Equal(t, stars(27)+"1.#", nativedelay.QueueBindingKey(0))
+	require.Equal(t, stars(27)+"0.#", nativedelay.NextBindingKey(0), "level 0's exchange to the delivery exchange")
+	require.Equal(t, stars(24)+"1.#", nativedelay.QueueBindingKey(3))
+	require.Equal(t, stars(28)+"sales.orders", nativedelay.DestinationBindingKey("sales.orders"), "one wildcard per delay bit: exactly this destination")
+	require.Equal(t, "#.sales.orders", nativedelay.LegacyDestinationBindingKey("sales.orders"), "NServiceBus's, removed where found")
+	require.Equal(t, int64(1000), nativedelay.TTLMillis(0))
+	require.Equal(t, int64(134217728000), nativedelay.TTLMillis(27))
 }
 
 // matchTopic is RabbitMQ's topic matching: '*' is one word, '#' zero or more.
@@ -139,20 +139,20 @@ func matchTopic(pattern, key string) bool {
 // would and checks that the queues it waits in add up to the delay.
 func TestRoutingThroughTheLevelsAddsUpToTheDelay(t *testing.T) {
 	t.Parallel()
-	for _, seconds := range []uint32{1, 2, 3, 5, 10, 15, 28, 1000, rabbitmq.MaxDelaySeconds - 1, rabbitmq.MaxDelaySeconds} {
-		key, err := rabbitmq.RoutingKey(seconds, "orders")
+	for _, seconds := range []uint32{1, 2, 3, 5, 10, 15, 28, 1000, nativedelay.MaxDelaySeconds - 1, nativedelay.MaxDelaySeconds} {
+		key, err := nativedelay.RoutingKey(seconds, "orders")
 		require.NoError(t, err)
 		var waited int64
-		for level := rabbitmq.Level(seconds); level >= 0; level-- {
-			toQueue := matchTopic(rabbitmq.QueueBindingKey(level), key)
-			toNext := matchTopic(rabbitmq.NextBindingKey(level), key)
+		for level := nativedelay.Level(seconds); level >= 0; level-- {
+			toQueue := matchTopic(nativedelay.QueueBindingKey(level), key)
+			toNext := matchTopic(nativedelay.NextBindingKey(level), key)
 			require.True(t, toQueue != toNext, "exactly one binding of level %d routes %s", level, key)
 			if toQueue {
-				waited += rabbitmq.TTLMillis(level) / 1000
+				waited += nativedelay.TTLMillis(level) / 1000
 			}
 		}
 		require.Equal(t, int64(seconds), waited)
-		require.True(t, matchTopic(rabbitmq.DestinationBindingKey("orders"), key))
+		require.True(t, matchTopic(nativedelay.DestinationBindingKey("orders"), key))
 	}
 }
 
@@ -161,32 +161,32 @@ func FuzzRoutingKey(f *testing.F) {
 		f.Add(int64(5*time.Second), s)
 	}
 	f.Add(int64(-1), "orders")
-	f.Add(int64(rabbitmq.MaxDelay), "orders")
-	f.Add(int64(rabbitmq.MaxDelay)+1, "orders")
+	f.Add(int64(nativedelay.MaxDelay), "orders")
+	f.Add(int64(nativedelay.MaxDelay)+1, "orders")
 	f.Fuzz(func(t *testing.T, delay int64, dest string) {
-		seconds, err := rabbitmq.Seconds(time.Duration(delay))
+		seconds, err := nativedelay.Seconds(time.Duration(delay))
 		if err != nil {
-			require.ErrorIs(t, err, rabbitmq.ErrDelayTooLong)
-			require.Greater(t, time.Duration(delay), rabbitmq.MaxDelay-time.Second)
+			require.ErrorIs(t, err, nativedelay.ErrDelayTooLong)
+			require.Greater(t, time.Duration(delay), nativedelay.MaxDelay-time.Second)
 			return
 		}
 		require.GreaterOrEqual(t, time.Duration(seconds)*time.Second, time.Duration(delay), "never early")
 		require.Less(t, time.Duration(seconds)*time.Second-time.Duration(max(delay, 0)), time.Second, "less than a second late")
-		level := rabbitmq.Level(seconds)
-		require.True(t, level >= -1 && level < rabbitmq.Levels)
-		key, err := rabbitmq.RoutingKey(seconds, dest)
+		level := nativedelay.Level(seconds)
+		require.True(t, level >= -1 && level < nativedelay.Levels)
+		key, err := nativedelay.RoutingKey(seconds, dest)
 		if err != nil {
-			require.ErrorIs(t, err, rabbitmq.ErrInvalidDestination)
+			require.ErrorIs(t, err, nativedelay.ErrInvalidDestination)
 			return
 		}
 		require.LessOrEqual(t, len(key), 255)
 		require.True(t, utf8.ValidString(key))
-		gotSeconds, gotDest, err := rabbitmq.ParseRoutingKey(key)
+		gotSeconds, gotDest, err := nativedelay.ParseRoutingKey(key)
 		require.NoError(t, err)
 		require.Equal(t, seconds, gotSeconds)
 		require.Equal(t, dest, gotDest)
 		if level >= 0 {
-			require.True(t, matchTopic(rabbitmq.QueueBindingKey(level), key), "enters the queue of its highest bit")
+			require.True(t, matchTopic(nativedelay.QueueBindingKey(level), key), "enters the queue of its highest bit")
 		}
 	})
 }

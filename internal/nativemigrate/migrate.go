@@ -1,4 +1,4 @@
-package rabbitmq
+package nativemigrate
 
 import (
 	"context"
@@ -12,6 +12,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/internal/configerr"
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
+	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
@@ -29,7 +32,7 @@ type MigrationConfig struct {
 	// managers may keep running on it.
 	Store persistence.Store
 	// Publisher sends the timeouts through the delay levels. Required.
-	Publisher *Publisher
+	Publisher *rabbitmq.Publisher
 	// Cutoff, when set, limits the migration to timeouts due at or after it; earlier ones stay
 	// for the timeout manager. Defaults to none: every timeout, those past due sent at once.
 	Cutoff time.Time
@@ -79,13 +82,13 @@ func (c *MigrationConfig) setDefaults() {
 func (c MigrationConfig) Validate() error {
 	switch {
 	case c.Store == nil:
-		return fmt.Errorf("%w: Store is required", ErrInvalidConfig)
+		return fmt.Errorf("%w: Store is required", configerr.ErrInvalidConfig)
 	case c.Publisher == nil:
-		return fmt.Errorf("%w: Publisher is required", ErrInvalidConfig)
+		return fmt.Errorf("%w: Publisher is required", configerr.ErrInvalidConfig)
 	case c.BatchSize < 0 || c.Workers < 0 || c.Removers < 0:
-		return fmt.Errorf("%w: BatchSize, Workers and Removers must be positive", ErrInvalidConfig)
+		return fmt.Errorf("%w: BatchSize, Workers and Removers must be positive", configerr.ErrInvalidConfig)
 	case c.FinishTimeout < 0:
-		return fmt.Errorf("%w: FinishTimeout must be positive, got %s", ErrInvalidConfig, c.FinishTimeout)
+		return fmt.Errorf("%w: FinishTimeout must be positive, got %s", configerr.ErrInvalidConfig, c.FinishTimeout)
 	}
 	if _, ok := c.Store.(persistence.Handover); !ok {
 		return fmt.Errorf("%w: the %T store cannot hand its timeouts over (it does not implement persistence.Handover)", persistence.ErrUnsupported, c.Store)
@@ -288,7 +291,7 @@ func (m *migration) worker(hiding, work context.Context) error {
 func (m *migration) migrate(ctx context.Context, batch []persistence.Timeout) error {
 	now := time.Now()
 	var (
-		sendable  []Delayed
+		sendable  []rabbitmq.Delayed
 		sent      []persistence.Timeout
 		putBack   []string
 		unsent    []string
@@ -307,7 +310,7 @@ func (m *migration) migrate(ctx context.Context, batch []persistence.Timeout) er
 		}
 		msg := message.NewMessage(t.ID, t.Payload)
 		msg.Metadata = t.Metadata
-		sendable = append(sendable, Delayed{Destination: t.Destination, Due: t.Due, Message: msg})
+		sendable = append(sendable, rabbitmq.Delayed{Destination: t.Destination, Due: t.Due, Message: msg})
 		sent = append(sent, t)
 	}
 	results, sendErr := m.cfg.Publisher.Send(ctx, now, sendable)
@@ -317,7 +320,7 @@ func (m *migration) migrate(ctx context.Context, batch []persistence.Timeout) er
 		switch err := results[i]; {
 		case err == nil:
 			confirmed = append(confirmed, t)
-		case sendErr == nil && !errors.Is(err, ErrNotConfirmed):
+		case sendErr == nil && !errors.Is(err, rabbitmq.ErrNotConfirmed):
 			m.unmigratable(t, err.Error()) // returned, or a delay that no longer fits
 		default:
 			unsent = append(unsent, t.ID) // refused, or its fate unknown: back to the managers
@@ -432,7 +435,7 @@ func (m *migration) destinationProblem(ctx context.Context, destination string) 
 	}
 	// A destination the preflight did not see: a timeout stored since.
 	reason = ""
-	if err := ValidateDestination(destination); err != nil {
+	if err := nativedelay.ValidateDestination(destination); err != nil {
 		reason = err.Error()
 	} else if exists, err := m.cfg.Publisher.DestinationExists(ctx, destination); err == nil && !exists {
 		reason = "destination queue " + destination + " does not exist"

@@ -1,4 +1,4 @@
-package rabbitmq
+package nativedelay
 
 import (
 	"context"
@@ -21,18 +21,18 @@ var (
 // in its buffer: amqp091-go drops a return its listener does not take within 5 s.
 const maxInFlight = 512
 
-// outgoing is one message to publish, mandatory, to an exchange.
-type outgoing struct {
-	exchange, key string
-	msg           amqp.Publishing
+// Outgoing is one message to publish, mandatory, to an exchange.
+type Outgoing struct {
+	Exchange, Key string
+	Msg           amqp.Publishing
 }
 
-// sender publishes on one channel in confirm mode and tells which messages the broker took.
+// Sender publishes on one channel in confirm mode and tells which messages the broker took.
 //
 // RabbitMQ sends basic.return for an unroutable mandatory message before its basic.ack, on the
 // same channel, and amqp091-go hands both over in that order from one goroutine: once a
 // message's confirm has arrived, its return, if any, is in the buffer of returns.
-type sender struct {
+type Sender struct {
 	conn    *amqp.Connection
 	ch      *amqp.Channel
 	returns chan amqp.Return
@@ -40,7 +40,7 @@ type sender struct {
 	reason  *amqp.Error // why the broker closed the channel, once known
 }
 
-func newSender(conn *amqp.Connection) (*sender, error) {
+func NewSender(conn *amqp.Connection) (*Sender, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: opening a publishing channel: %w", err)
@@ -49,7 +49,7 @@ func newSender(conn *amqp.Connection) (*sender, error) {
 		_ = ch.Close()
 		return nil, fmt.Errorf("rabbitmq: putting the publishing channel in confirm mode: %w", err)
 	}
-	return &sender{
+	return &Sender{
 		conn:    conn,
 		ch:      ch,
 		returns: ch.NotifyReturn(make(chan amqp.Return, maxInFlight)),
@@ -57,22 +57,22 @@ func newSender(conn *amqp.Connection) (*sender, error) {
 	}, nil
 }
 
-// usable reports whether the sender can publish on conn.
-func (s *sender) usable(conn *amqp.Connection) bool {
+// Usable reports whether the Sender can publish on conn.
+func (s *Sender) Usable(conn *amqp.Connection) bool {
 	return s.conn == conn && !s.ch.IsClosed()
 }
 
-func (s *sender) close() {
+func (s *Sender) Close() {
 	if !s.ch.IsClosed() {
 		_ = s.ch.Close() // nothing is waiting on it; a failure leaves it closed anyway
 	}
 }
 
-// send publishes every message, mandatory, at most maxInFlight at a time, and waits for their
+// Send publishes every message, mandatory, at most maxInFlight at a time, and waits for their
 // confirms. results[i] is nil when the broker took message i, ErrUnroutable when it returned
 // it, and ErrNotConfirmed (wrapped) when it refused it or its fate is unknown. err is set when
-// the channel failed or ctx ended; the sender must not be used again then.
-func (s *sender) send(ctx context.Context, out []outgoing) (results []error, err error) {
+// the channel failed or ctx ended; the Sender must not be used again then.
+func (s *Sender) Send(ctx context.Context, out []Outgoing) (results []error, err error) {
 	results = make([]error, len(out))
 	for start := 0; start < len(out); start += maxInFlight {
 		end := min(start+maxInFlight, len(out))
@@ -86,13 +86,13 @@ func (s *sender) send(ctx context.Context, out []outgoing) (results []error, err
 	return results, nil
 }
 
-func (s *sender) sendChunk(ctx context.Context, out []outgoing, results []error) error {
+func (s *Sender) sendChunk(ctx context.Context, out []Outgoing, results []error) error {
 	confirms := make([]*amqp.DeferredConfirmation, len(out))
 	var failed error
 	for i, o := range out {
-		dc, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, o.exchange, o.key, true, false, o.msg)
+		dc, err := s.ch.PublishWithDeferredConfirmWithContext(ctx, o.Exchange, o.Key, true, false, o.Msg)
 		if err != nil {
-			failed = fmt.Errorf("publishing to exchange %s: %w", o.exchange, s.closeReason(err))
+			failed = fmt.Errorf("publishing to exchange %s: %w", o.Exchange, s.closeReason(err))
 			break
 		}
 		confirms[i] = dc
@@ -124,7 +124,7 @@ func (s *sender) sendChunk(ctx context.Context, out []outgoing, results []error)
 
 // matchReturns marks the messages the broker returned. A return names the exchange, routing key
 // and message id; identical messages are matched in order.
-func (s *sender) matchReturns(out []outgoing, results []error) {
+func (s *Sender) matchReturns(out []Outgoing, results []error) {
 	for {
 		select {
 		case r, ok := <-s.returns:
@@ -132,7 +132,7 @@ func (s *sender) matchReturns(out []outgoing, results []error) {
 				return // closed with the channel: every return it had was taken
 			}
 			for i, o := range out {
-				if results[i] == nil && o.exchange == r.Exchange && o.key == r.RoutingKey && o.msg.MessageId == r.MessageId {
+				if results[i] == nil && o.Exchange == r.Exchange && o.Key == r.RoutingKey && o.Msg.MessageId == r.MessageId {
 					results[i] = fmt.Errorf("%w: exchange %s, routing key %s: %s", ErrUnroutable, r.Exchange, r.RoutingKey, r.ReplyText)
 					break
 				}
@@ -144,7 +144,7 @@ func (s *sender) matchReturns(out []outgoing, results []error) {
 }
 
 // closeReason is the broker's reason for closing the channel, when it closed it, or err.
-func (s *sender) closeReason(err error) error {
+func (s *Sender) closeReason(err error) error {
 	if s.reason == nil {
 		select {
 		case reason, ok := <-s.closed:

@@ -1,4 +1,4 @@
-package rabbitmq
+package nativedelay
 
 import (
 	"context"
@@ -225,7 +225,7 @@ func (v *verifier) levelQueue(ctx context.Context, level int) (bool, error) {
 	if t.queueType == Quorum {
 		other.queueType = Classic
 	}
-	err = onChannel(v.conn, func(ch *amqp.Channel) error {
+	err = OnChannel(v.conn, func(ch *amqp.Channel) error {
 		_, err := ch.QueueDeclare(t.Queue(level), true, false, false, false, other.QueueArguments(level))
 		return err
 	})
@@ -241,8 +241,8 @@ func (v *verifier) declared(ctx context.Context, piece string, passive, full fun
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	err := onChannel(v.conn, passive)
-	switch code := amqpCode(err); {
+	err := OnChannel(v.conn, passive)
+	switch code := AMQPCode(err); {
 	case err == nil:
 	case code == amqp.NotFound:
 		v.problem(piece, "is missing")
@@ -250,19 +250,19 @@ func (v *verifier) declared(ctx context.Context, piece string, passive, full fun
 	default:
 		return false, fmt.Errorf("rabbitmq: checking %s: %w", piece, err)
 	}
-	err = onChannel(v.conn, full)
-	switch code := amqpCode(err); {
+	err = OnChannel(v.conn, full)
+	switch code := AMQPCode(err); {
 	case err == nil:
 	case code == amqp.PreconditionFailed:
-		v.problem(piece, "differs: %s", reason(err))
+		v.problem(piece, "differs: %s", Reason(err))
 	default:
 		return true, fmt.Errorf("rabbitmq: checking %s: %w", piece, err)
 	}
 	return true, nil
 }
 
-// amqpCode is the AMQP reply code of err, or 0.
-func amqpCode(err error) int {
+// AMQPCode is the AMQP reply code of err, or 0.
+func AMQPCode(err error) int {
 	var amqpErr *amqp.Error
 	if errors.As(err, &amqpErr) {
 		return amqpErr.Code
@@ -270,8 +270,8 @@ func amqpCode(err error) int {
 	return 0
 }
 
-// reason is the broker's text of an AMQP error, without the code name it starts with.
-func reason(err error) string {
+// Reason is the broker's text of an AMQP error, without the code name it starts with.
+func Reason(err error) string {
 	var amqpErr *amqp.Error
 	if !errors.As(err, &amqpErr) {
 		return err.Error()

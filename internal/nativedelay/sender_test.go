@@ -1,4 +1,4 @@
-package rabbitmq
+package nativedelay
 
 import (
 	"context"
@@ -20,15 +20,15 @@ func TestASendOnAClosedChannelReturnsItsError(t *testing.T) {
 	conn, err := amqp.Dial(testenv.AMQPURL(t))
 	require.NoError(t, err)
 	defer conn.Close()
-	s, err := newSender(conn)
+	s, err := NewSender(conn)
 	require.NoError(t, err)
-	s.close()
+	s.Close()
 
 	done := make(chan struct{})
 	var results []error
 	go func() {
 		defer close(done)
-		results, err = s.send(context.Background(), []outgoing{{exchange: "", key: "nowhere", msg: amqp.Publishing{Body: []byte("x")}}})
+		results, err = s.Send(context.Background(), []Outgoing{{Exchange: "", Key: "nowhere", Msg: amqp.Publishing{Body: []byte("x")}}})
 	}()
 	select {
 	case <-done:

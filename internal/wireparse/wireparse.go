@@ -1,0 +1,136 @@
+// Package wireparse reads and writes the headers of the wire contract (package wire): due times
+// (HeaderExpire and Watermill's delay headers), destinations, and the names that end up in queue
+// names. The timeout manager, its satellites, the Publishers and the transports share it.
+package wireparse
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/timeoutmill/timeoutmill/wire"
+)
+
+// FormatExpire formats t for wire.HeaderExpire: RFC 3339 in UTC with as many fractional digits as
+// needed.
+func FormatExpire(t time.Time) string {
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// ParseExpire parses a wire.HeaderExpire value: RFC 3339, fractional seconds allowed, any offset.
+// The result is in UTC and rounded up to wire.Precision.
+func ParseExpire(value string) (time.Time, error) {
+	if strings.TrimSpace(value) == "" {
+		return time.Time{}, fmt.Errorf("%w: %s is empty", wire.ErrInvalidHeader, wire.HeaderExpire)
+	}
+	t, err := time.Parse(time.RFC3339Nano, value)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: %s %q is not an RFC 3339 time: %v", wire.ErrInvalidHeader, wire.HeaderExpire, value, err)
+	}
+	return RoundUp(t), nil
+}
+
+// RoundUp returns t in UTC rounded up to wire.Precision.
+func RoundUp(t time.Time) time.Time {
+	t = t.UTC()
+	if r := t.Truncate(wire.Precision); !r.Equal(t) {
+		return r.Add(wire.Precision)
+	}
+	return t
+}
+
+// Due reports when a message with the given headers may be delivered, and whether it carries a
+// delay at all. wire.HeaderExpire wins; without it Watermill's wire.HeaderWatermillDelayedUntil is
+// honoured.
+//
+// Watermill writes its key in whole seconds, truncating the time it was asked for, so taken as it
+// stands it would deliver up to a second early. When the value has no fractional part, the due
+// time is the later of the value and now plus wire.HeaderWatermillDelayedFor, capped at the end of
+// that second (the time asked for lies inside it); without a usable wire.HeaderWatermillDelayedFor
+// it is the end of that second. Either way the message is never delivered before the time asked
+// for. now is the moment the message is being published or received.
+func Due(metadata map[string]string, now time.Time) (due time.Time, delayed bool, err error) {
+	if v, ok := metadata[wire.HeaderExpire]; ok {
+		due, err := ParseExpire(v)
+		return due, err == nil, err
+	}
+	v, ok := metadata[wire.HeaderWatermillDelayedUntil]
+	if !ok {
+		return time.Time{}, false, nil
+	}
+	until, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("%w: %s %q is not an RFC 3339 time: %v", wire.ErrInvalidHeader, wire.HeaderWatermillDelayedUntil, v, err)
+	}
+	if until.Nanosecond() != 0 {
+		return RoundUp(until), true, nil
+	}
+	endOfSecond := until.Add(time.Second)
+	if d, err := time.ParseDuration(metadata[wire.HeaderWatermillDelayedFor]); err == nil {
+		due = now.Add(d)
+		if due.Before(until) {
+			due = until
+		}
+		if due.After(endOfSecond) {
+			due = endOfSecond
+		}
+		return RoundUp(due), true, nil
+	}
+	return RoundUp(endOfSecond), true, nil
+}
+
+// Destination returns the wire.HeaderDestination of a delayed message, or an error saying why it is
+// unusable.
+func Destination(metadata map[string]string) (string, error) {
+	d, ok := metadata[wire.HeaderDestination]
+	switch {
+	case !ok:
+		return "", fmt.Errorf("%w: %s is missing", wire.ErrInvalidHeader, wire.HeaderDestination)
+	case strings.TrimSpace(d) == "":
+		return "", fmt.Errorf("%w: %s is empty", wire.ErrInvalidHeader, wire.HeaderDestination)
+	case len(d) > wire.MaxDestinationLength:
+		return "", fmt.Errorf("%w: %s is longer than %d bytes", wire.ErrInvalidHeader, wire.HeaderDestination, wire.MaxDestinationLength)
+	case !utf8.ValidString(d):
+		return "", fmt.Errorf("%w: %s is not valid UTF-8", wire.ErrInvalidHeader, wire.HeaderDestination)
+	}
+	for _, r := range d {
+		if r < 0x20 || r == 0x7f {
+			return "", fmt.Errorf("%w: %s %q contains a control character", wire.ErrInvalidHeader, wire.HeaderDestination, d)
+		}
+	}
+	return d, nil
+}
+
+// IsRoutingHeader reports whether key is one of the headers that route a message through the
+// timeout manager: wire.HeaderExpire, wire.HeaderDestination, wire.HeaderOwner and Watermill's
+// two delay keys.
+// They are removed before the message is delivered to its destination, which therefore never
+// sees a delay header, and a delivered message published again is not delayed again.
+func IsRoutingHeader(key string) bool {
+	switch key {
+	case wire.HeaderExpire, wire.HeaderDestination, wire.HeaderOwner, wire.HeaderWatermillDelayedUntil, wire.HeaderWatermillDelayedFor:
+		return true
+	}
+	return false
+}
+
+// ValidateName checks that an endpoint or instance name can be used in queue names: not empty,
+// at most 200 bytes, printable, and without whitespace.
+func ValidateName(kind, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: %s must not be empty", wire.ErrInvalidName, kind)
+	case len(name) > 200:
+		return fmt.Errorf("%w: %s is longer than 200 bytes", wire.ErrInvalidName, kind)
+	}
+	for _, r := range name {
+		if r < 0x21 || r == 0x7f || r == 0xfffd {
+			return fmt.Errorf("%w: %s %q contains whitespace or a control character", wire.ErrInvalidName, kind, name)
+		}
+	}
+	if strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") {
+		return fmt.Errorf("%w: %s %q must not start or end with a dot", wire.ErrInvalidName, kind, name)
+	}
+	return nil
+}
