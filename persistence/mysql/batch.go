@@ -7,7 +7,6 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
-	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
 // Bounds of one statement of a batch call. maxIn ids make 500 of the 65,535 parameters a prepared
@@ -27,14 +26,6 @@ type batchRow struct {
 
 func (r batchRow) size() int {
 	return len(r.Payload) + len(r.Metadata) + len(r.T.Destination) + len(r.T.Owner) + len(r.T.ID)
-}
-
-// StoreMany keeps the timeouts whose ids are not stored yet, in one transaction and one commit,
-// and returns those ids. It stores none when any of them is invalid. It looks up which ids are
-// stored, then inserts the others in id order, so that overlapping batches wait for each other
-// rather than deadlock; when a concurrent caller inserted one of them meanwhile, it looks again.
-func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
-	return s.c().StoreMany(ctx, ts)
 }
 
 // storeRows inserts those of rows that are not stored, in the batch's transaction, at most maxIn
@@ -144,20 +135,6 @@ func (s *Store) storedIDs(ctx context.Context, tx sqlstore.Querier, ids []string
 		}
 	}
 	return found, nil
-}
-
-// PeekMany returns the stored timeouts among ids, claimed or not, one statement per maxIn ids;
-// ids not stored are left out. It fails with persistence.ErrCorruptMetadata when any of them
-// cannot be read.
-func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
-	return s.c().PeekMany(ctx, ids)
-}
-
-// RemoveMany deletes the timeouts with those ids in one transaction and one commit, and returns
-// the ids it deleted. MySQL has no DELETE ... RETURNING, so it first locks the rows it finds (in
-// id order, as a claim or another RemoveMany would not deadlock with it) and deletes exactly those.
-func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
-	return s.c().RemoveMany(ctx, ids)
 }
 
 // removeIDs locks the rows of ids (sorted) that are stored, in the batch's transaction, and

@@ -8,17 +8,6 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-// Survey describes the timeouts due at or after from.
-func (s *Store) Survey(ctx context.Context, from time.Time) (persistence.Survey, error) {
-	return s.c().Survey(ctx, from)
-}
-
-// Hide claims until mark up to limit timeouts due at or after from that no poller holds at now.
-// A Hide InnoDB chose as a deadlock victim is run again.
-func (s *Store) Hide(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error) {
-	return s.c().Hide(ctx, now, from, limit, mark)
-}
-
 // hideRetried hides, up to claimAttempts times while InnoDB chooses it as a deadlock victim.
 func (s *Store) hideRetried(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error) {
 	for attempt := 1; ; attempt++ {
@@ -69,10 +58,4 @@ func (s *Store) hide(ctx context.Context, now, from time.Time, limit int, mark t
 		}
 	}
 	return hidden, tx.Commit()
-}
-
-// Release makes the timeouts with these ids claimable again from their due time, one statement
-// per maxIn ids.
-func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
-	return s.c().Release(ctx, ids)
 }

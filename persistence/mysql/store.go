@@ -289,3 +289,51 @@ func isServerError(err error, number uint16) bool {
 	var me *gomysql.MySQLError
 	return errors.As(err, &me) && me.Number == number
 }
+
+// Stats counts the stored timeouts, claimed or not, and their earliest and latest due times. It
+// reads the whole table: it is for operators, not for a poll loop.
+func (s *Store) Stats(ctx context.Context) (persistence.Stats, error) { return s.c().Stats(ctx) }
+
+// List returns timeouts earliest due first, without their payloads.
+func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
+	return s.c().List(ctx, opts)
+}
+
+// StoreMany keeps the timeouts whose ids are not stored yet, in one transaction and one commit,
+// and returns those ids. It stores none when any of them is invalid. It looks up which ids are
+// stored, then inserts the others in id order, so that overlapping batches wait for each other
+// rather than deadlock; when a concurrent caller inserted one of them meanwhile, it looks again.
+func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
+	return s.c().StoreMany(ctx, ts)
+}
+
+// PeekMany returns the stored timeouts among ids, claimed or not, one statement per maxIn ids;
+// ids not stored are left out. It fails with persistence.ErrCorruptMetadata when any of them
+// cannot be read.
+func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
+	return s.c().PeekMany(ctx, ids)
+}
+
+// RemoveMany deletes the timeouts with those ids in one transaction and one commit, and returns
+// the ids it deleted. MySQL has no DELETE ... RETURNING, so it first locks the rows it finds (in
+// id order, as a claim or another RemoveMany would not deadlock with it) and deletes exactly those.
+func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
+	return s.c().RemoveMany(ctx, ids)
+}
+
+// Survey describes the timeouts due at or after from.
+func (s *Store) Survey(ctx context.Context, from time.Time) (persistence.Survey, error) {
+	return s.c().Survey(ctx, from)
+}
+
+// Hide claims until mark up to limit timeouts due at or after from that no poller holds at now.
+// A Hide InnoDB chose as a deadlock victim is run again.
+func (s *Store) Hide(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error) {
+	return s.c().Hide(ctx, now, from, limit, mark)
+}
+
+// Release makes the timeouts with these ids claimable again from their due time, one statement
+// per maxIn ids.
+func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
+	return s.c().Release(ctx, ids)
+}

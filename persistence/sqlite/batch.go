@@ -6,20 +6,7 @@ import (
 	"errors"
 
 	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
-	"github.com/timeoutmill/timeoutmill/persistence"
 )
-
-// PeekMany returns the stored timeouts among ids, one statement per maxIn ids on the reader pool;
-// ids not stored are left out.
-func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
-	return s.c().PeekMany(ctx, ids)
-}
-
-// StoreMany keeps the timeouts whose ids are not stored yet, in one change of the writer, and
-// returns those ids. It stores none when any of them is invalid.
-func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
-	return s.c().StoreMany(ctx, ts)
-}
 
 // storeRows inserts rows one statement each, in the change's transaction.
 func (s *Store) storeRows(ctx context.Context, db sqlstore.Querier, rows []sqlstore.Row) ([]string, error) {
@@ -38,12 +25,6 @@ func (s *Store) storeRows(ctx context.Context, db sqlstore.Querier, rows []sqlst
 		}
 	}
 	return inserted, nil
-}
-
-// RemoveMany deletes the timeouts with those ids in one change of the writer, committed with
-// whatever else is being written, and returns the ids it deleted.
-func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
-	return s.c().RemoveMany(ctx, ids)
 }
 
 // inOneTransaction makes a change of many statements commit once: the writer runs a change that

@@ -225,3 +225,47 @@ func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
 // Close waits for the changes being committed, then closes the database when Open opened it; a
 // *sql.DB given to New stays open. Later calls return ErrClosed (reads may return sql.ErrConnDone).
 func (s *Store) Close() error { return s.c().Close() }
+
+// Stats counts the stored timeouts, claimed or not, and their earliest and latest due times, on
+// the reader pool.
+func (s *Store) Stats(ctx context.Context) (persistence.Stats, error) { return s.c().Stats(ctx) }
+
+// List returns timeouts earliest due first, without their payloads, on the reader pool.
+func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
+	return s.c().List(ctx, opts)
+}
+
+// PeekMany returns the stored timeouts among ids, one statement per maxIn ids on the reader pool;
+// ids not stored are left out.
+func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
+	return s.c().PeekMany(ctx, ids)
+}
+
+// StoreMany keeps the timeouts whose ids are not stored yet, in one change of the writer, and
+// returns those ids. It stores none when any of them is invalid.
+func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
+	return s.c().StoreMany(ctx, ts)
+}
+
+// RemoveMany deletes the timeouts with those ids in one change of the writer, committed with
+// whatever else is being written, and returns the ids it deleted.
+func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
+	return s.c().RemoveMany(ctx, ids)
+}
+
+// Survey describes the timeouts due at or after from. It reads on the reader pool.
+func (s *Store) Survey(ctx context.Context, from time.Time) (persistence.Survey, error) {
+	return s.c().Survey(ctx, from)
+}
+
+// Hide claims until mark up to limit timeouts due at or after from that no poller holds at now,
+// in one change of the writer.
+func (s *Store) Hide(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error) {
+	return s.c().Hide(ctx, now, from, limit, mark)
+}
+
+// Release makes the timeouts with these ids claimable again from their due time: one change of
+// the writer per maxIn ids.
+func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
+	return s.c().Release(ctx, ids)
+}

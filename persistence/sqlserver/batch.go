@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
-	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
 // Bounds of one statement of a batch call, below the 2,100 parameters a request may carry:
@@ -83,14 +82,6 @@ func idArgs(ids []string) []any {
 	return args
 }
 
-// StoreMany keeps the timeouts whose ids are not stored yet and returns those ids: one statement
-// per 250 timeouts, in one transaction and one commit when there are more. It stores none when
-// any of them is invalid. A statement that meets the primary key (another caller stored one of
-// its ids since NOT EXISTS looked) is undone alone and run again, and finds that id stored.
-func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
-	return s.c().StoreMany(ctx, ts)
-}
-
 // storeRows inserts those of rows (at most maxStoreRows) that are not stored yet, with one
 // statement.
 func (s *Store) storeRows(ctx context.Context, db sqlstore.Querier, rows []sqlstore.Row) ([]string, error) {
@@ -117,23 +108,4 @@ func (s *Store) storeRows(ctx context.Context, db sqlstore.Querier, rows []sqlst
 		}
 		return ids, err
 	}
-}
-
-// PeekMany returns the stored timeouts among ids, claimed or not, one statement per 500 distinct
-// ids; ids not stored are left out. It fails with persistence.ErrCorruptMetadata when any of them cannot
-// be read.
-func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
-	return s.c().PeekMany(ctx, ids)
-}
-
-// RemoveMany deletes the timeouts with those ids and returns the ids it deleted: one statement per
-// 500 ids, in one transaction and one commit when there are more.
-func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
-	return s.c().RemoveMany(ctx, ids)
-}
-
-// Release makes the timeouts with these ids claimable again from their due time, one statement
-// per 500 ids, and returns how many it found.
-func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
-	return s.c().Release(ctx, ids)
 }

@@ -241,3 +241,40 @@ func isServerError(err error, numbers ...int32) bool {
 	}
 	return slices.ContainsFunc(se.All, func(e mssql.Error) bool { return slices.Contains(numbers, e.Number) })
 }
+
+// Stats counts the stored timeouts, claimed or not, and their earliest and latest due times. It
+// reads the whole table: it is for operators, not for a poll loop.
+func (s *Store) Stats(ctx context.Context) (persistence.Stats, error) { return s.c().Stats(ctx) }
+
+// List returns timeouts earliest due first, without their payloads. An owner no timeout could
+// have is looked up in no query.
+func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
+	return s.c().List(ctx, opts)
+}
+
+// StoreMany keeps the timeouts whose ids are not stored yet and returns those ids: one statement
+// per 250 timeouts, in one transaction and one commit when there are more. It stores none when
+// any of them is invalid. A statement that meets the primary key (another caller stored one of
+// its ids since NOT EXISTS looked) is undone alone and run again, and finds that id stored.
+func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
+	return s.c().StoreMany(ctx, ts)
+}
+
+// PeekMany returns the stored timeouts among ids, claimed or not, one statement per 500 distinct
+// ids; ids not stored are left out. It fails with persistence.ErrCorruptMetadata when any of them cannot
+// be read.
+func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
+	return s.c().PeekMany(ctx, ids)
+}
+
+// RemoveMany deletes the timeouts with those ids and returns the ids it deleted: one statement per
+// 500 ids, in one transaction and one commit when there are more.
+func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
+	return s.c().RemoveMany(ctx, ids)
+}
+
+// Release makes the timeouts with these ids claimable again from their due time, one statement
+// per 500 ids, and returns how many it found.
+func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
+	return s.c().Release(ctx, ids)
+}
