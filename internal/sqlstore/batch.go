@@ -183,19 +183,12 @@ func (s *Store) maxIn(n int) int {
 
 // ScanTimeout reads id, destination, due, owner, payload, metadata, failure_count.
 func (s *Store) ScanTimeout(rows interface{ Scan(...any) error }) (persistence.Timeout, error) {
-	var (
-		t        persistence.Timeout
-		due      = s.timeValue()
-		metadata []byte
-	)
-	if err := rows.Scan(&t.ID, &t.Destination, due, &t.Owner, &t.Payload, &metadata, &t.FailureCount); err != nil {
+	r := s.newRow()
+	if err := rows.Scan(&r.t.ID, &r.t.Destination, &r.due, &r.t.Owner, &r.t.Payload, &r.metadata, &r.t.FailureCount); err != nil {
 		return persistence.Timeout{}, err
 	}
-	t.Due = due.t
-	md, err := persistence.DecodeMetadata(metadata)
-	if err != nil {
-		return persistence.Timeout{}, fmt.Errorf("timeout %q: %w", t.ID, err)
+	if err := r.finish(); err != nil {
+		return persistence.Timeout{}, fmt.Errorf("timeout %q: %w", r.t.ID, err)
 	}
-	t.Metadata = md
-	return t, nil
+	return r.t, nil
 }

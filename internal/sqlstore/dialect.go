@@ -19,7 +19,8 @@ type Querier interface {
 }
 
 // Queries is a backend's SQL. Each statement takes its parameters in the order its comment
-// gives; a dialect that binds by name (Dialect.Named) gets them under those names instead.
+// gives; a dialect that numbers them (Dialect.Numbered) gets a name given twice once, at its
+// first place, and one that binds by name (Dialect.Named) gets them under those names.
 type Queries struct {
 	// Store inserts a timeout: id, destination, due, due (as available_at), owner, state
 	// (payload), headers (metadata), failureCount.
@@ -82,8 +83,9 @@ type Dialect struct {
 
 	Queries Queries
 
-	// Named binds parameters by name (SQL Server's @id) rather than by position.
-	Named bool
+	// Numbered binds parameters by number ($1), so that a statement may use one twice; Named
+	// binds them by name (SQL Server's @id).
+	Numbered, Named bool
 	// Text binds a string column's value (id, destination, owner); nil binds the string.
 	Text func(string) any
 	// Time binds a time in UTC that is whole microseconds.

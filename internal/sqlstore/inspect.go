@@ -55,19 +55,14 @@ func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persi
 	defer rows.Close()
 	var list []persistence.Timeout
 	for rows.Next() {
-		var (
-			t        persistence.Timeout
-			due      = s.timeValue()
-			metadata []byte
-		)
-		if err := rows.Scan(&t.ID, &t.Destination, due, &t.Owner, &metadata, &t.FailureCount); err != nil {
+		r := s.newRow()
+		if err := rows.Scan(&r.t.ID, &r.t.Destination, &r.due, &r.t.Owner, &r.metadata, &r.t.FailureCount); err != nil {
 			return nil, fmt.Errorf("%s: list: %w", s.d.Name, err)
 		}
-		t.Due = due.t
-		if t.Metadata, err = persistence.DecodeMetadata(metadata); err != nil {
-			return nil, fmt.Errorf("%s: list %q: %w", s.d.Name, t.ID, err)
+		if err := r.finish(); err != nil {
+			return nil, fmt.Errorf("%s: list %q: %w", s.d.Name, r.t.ID, err)
 		}
-		list = append(list, t)
+		list = append(list, r.t)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s: list: %w", s.d.Name, err)

@@ -12,8 +12,8 @@ const Columns = "id, destination, due, available_at, owner, payload, metadata, f
 
 // Standard returns the statements that read and change the table t (quoted) alike in PostgreSQL,
 // MariaDB and SQLite; a backend adds Claim and Hide, and what it needs to Store. With dollar, the
-// parameters are $1, $2, … and a statement's ids one array, = ANY($1) (PostgreSQL); otherwise
-// they are ? and a list, IN (?, ?, …).
+// parameters are numbered, $1, $2, … (see Dialect.Numbered), and a statement's ids are one array,
+// = ANY($1) (PostgreSQL); otherwise they are ? and a list, IN (?, ?, …).
 //
 // available_at is when a row can next be claimed: its due time until it is claimed, then the end
 // of the claim's lease. Claims and Next use its index, and no watermark is kept, so a timeout
@@ -36,9 +36,13 @@ func Standard(t string, dollar bool) Queries {
 		in = func(n int) string { return "IN (" + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + ")" }
 	}
 	one := ps(1)[0]
+	store := ps(8)
+	if dollar { // due is bound once, as due and as available_at
+		store = append(ps(3), ps(7)[2:]...)
+	}
 	return Queries{
 		Store: fmt.Sprintf(`INSERT INTO %s (%s)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s)`, append([]any{t, Columns}, ps(8)...)...),
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)`, append([]any{t, Columns}, store...)...),
 		Next:                  fmt.Sprintf(`SELECT MIN(available_at) FROM %s`, t),
 		Peek:                  fmt.Sprintf(`SELECT destination, due, owner, payload, metadata, failure_count FROM %s WHERE id = %s`, t, one),
 		Delete:                fmt.Sprintf(`DELETE FROM %s WHERE id = %s`, t, one),

@@ -188,24 +188,20 @@ func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error
 			return persistence.Timeout{}, fmt.Errorf("%w: %q", persistence.ErrNotFound, id)
 		}
 	}
-	var (
-		t        = persistence.Timeout{ID: id}
-		due      = s.timeValue()
-		metadata []byte
-	)
+	r := s.newRow()
+	r.t.ID = id
 	err := queryRow(ctx, s.d.Reader, s.d.Queries.Peek, s.args(idParams, s.d.Text(id)),
-		&t.Destination, due, &t.Owner, &t.Payload, &metadata, &t.FailureCount)
+		&r.t.Destination, &r.due, &r.t.Owner, &r.t.Payload, &r.metadata, &r.t.FailureCount)
 	if errors.Is(err, sql.ErrNoRows) {
 		return persistence.Timeout{}, fmt.Errorf("%w: %q", persistence.ErrNotFound, id)
+	}
+	if err == nil {
+		err = r.finish()
 	}
 	if err != nil {
 		return persistence.Timeout{}, fmt.Errorf("%s: peek %q: %w", s.d.Name, id, err)
 	}
-	t.Due = due.t
-	if t.Metadata, err = persistence.DecodeMetadata(metadata); err != nil {
-		return persistence.Timeout{}, fmt.Errorf("%s: peek %q: %w", s.d.Name, id, err)
-	}
-	return t, nil
+	return r.t, nil
 }
 
 // Remove deletes the timeout with that id once it was forwarded.
@@ -278,16 +274,21 @@ func (s *Store) Close() error {
 	return err
 }
 
-// args binds vals as the dialect does: by position, or under names, each name once.
+// args binds vals, which have those names, as the dialect does: in their places, or, with
+// numbered or named parameters, each name once, at its first place.
 func (s *Store) args(names []string, vals ...any) []any {
-	if !s.d.Named {
+	if !s.d.Named && !s.d.Numbered {
 		return vals
 	}
-	out := make([]any, 0, len(vals))
+	out := vals[:0] // vals is this call's own
 	for i, v := range vals {
-		if !slices.Contains(names[:i], names[i]) {
-			out = append(out, sql.Named(names[i], v))
+		if slices.Contains(names[:i], names[i]) {
+			continue
 		}
+		if s.d.Named {
+			v = sql.Named(names[i], v)
+		}
+		out = append(out, v)
 	}
 	return out
 }

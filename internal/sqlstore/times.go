@@ -1,6 +1,10 @@
 package sqlstore
 
-import "time"
+import (
+	"time"
+
+	"github.com/timeoutmill/timeoutmill/persistence"
+)
 
 // RoundUpMicro rounds t up to whole microseconds, in UTC, so a timeout is never claimed early.
 func RoundUpMicro(t time.Time) time.Time {
@@ -19,6 +23,22 @@ type timeValue struct {
 }
 
 func (s *Store) timeValue() *timeValue { return &timeValue{read: s.d.ReadTime} }
+
+// row is what a timeout's columns are scanned into, in one allocation.
+type row struct {
+	t        persistence.Timeout
+	due      timeValue
+	metadata []byte
+}
+
+func (s *Store) newRow() *row { return &row{due: timeValue{read: s.d.ReadTime}} }
+
+// finish sets the due time and decodes the metadata scanned.
+func (r *row) finish() (err error) {
+	r.t.Due = r.due.t
+	r.t.Metadata, err = persistence.DecodeMetadata(r.metadata)
+	return err
+}
 
 func (v *timeValue) Scan(src any) error {
 	if src == nil {

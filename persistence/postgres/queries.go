@@ -52,8 +52,8 @@ RETURNING t.id, t.due`, t)
 	// hidden) are skipped, and rows another Hide is taking are skipped as a claim skips them.
 	core.Hide = fmt.Sprintf(`WITH hidden AS (
 	SELECT id FROM %[1]s WHERE available_at >= $2
-		AND (due >= $3 AND (available_at = due OR available_at <= $4) OR available_at >= $5 AND available_at <> $6)
-	ORDER BY available_at LIMIT $7 FOR UPDATE SKIP LOCKED
+		AND (due >= $2 AND (available_at = due OR available_at <= $3) OR available_at >= $4 AND available_at <> $1)
+	ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED
 )
 UPDATE %[1]s AS t SET available_at = $1 FROM hidden WHERE t.id = hidden.id
 RETURNING t.id, t.destination, t.due, t.owner, t.payload, t.metadata, t.failure_count`, t)
@@ -88,6 +88,7 @@ func (q queries) dialect(db *sql.DB, ownsDB bool) sqlstore.Dialect {
 	d := sqlstore.Dialect{
 		Name:     "postgres",
 		DB:       db,
+		Numbered: true,
 		Queries:  q.core,
 		Time:     func(t time.Time) any { return t },
 		ReadTime: readTime,
