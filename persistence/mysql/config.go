@@ -1,10 +1,12 @@
 package mysql
 
 import (
-	"errors"
+	"cmp"
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 )
 
 // Config configures a Store. Set Endpoint or Table; Open also needs DSN.
@@ -37,35 +39,14 @@ const (
 )
 
 func (c *Config) setDefaults() {
-	c.Table = c.table()
-	if c.MaxOpenConns == 0 {
-		c.MaxOpenConns = defaultMaxOpenConns
-	}
-}
-
-// table is Table, or the default made from Endpoint.
-func (c Config) table() string {
-	if c.Table == "" && c.Endpoint != "" {
-		return c.Endpoint + ".timeouts"
-	}
-	return c.Table
+	c.Table = sqlstore.TableName(c.Endpoint, c.Table)
+	c.MaxOpenConns = cmp.Or(c.MaxOpenConns, defaultMaxOpenConns)
 }
 
 // Validate reports what is wrong with c. Empty fields are valid where they have defaults.
 func (c Config) Validate() error {
-	var errs []error
-	if table := c.table(); table == "" {
-		errs = append(errs, errors.New("Endpoint or Table must be set"))
-	} else if err := validateTable(table); err != nil {
-		errs = append(errs, err)
-	}
-	if c.MaxOpenConns < 0 {
-		errs = append(errs, fmt.Errorf("MaxOpenConns cannot be negative (%d)", c.MaxOpenConns))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("mysql: invalid config: %w", err)
-	}
-	return nil
+	return sqlstore.CheckConfig("mysql", sqlstore.TableName(c.Endpoint, c.Table), validateTable,
+		sqlstore.CheckMaxOpenConns(c.MaxOpenConns))
 }
 
 // validateTable refuses the names MariaDB and MySQL cannot hold, with a message that says why

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	// America/Los_Angeles, wherever the tests run.
@@ -13,6 +12,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore/sqlstoretest"
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/mysql"
@@ -41,34 +41,17 @@ func TestStoreOnCallersDB(t *testing.T) {
 	cfg.ClientFoundRows = true
 	cfg.Params = map[string]string{"time_zone": "'+05:00'"}
 	db := openDB(t, cfg.FormatDSN())
-	storetest.Run(t, func(t *testing.T) persistence.Store {
-		if strings.HasSuffix(t.Name(), "/HundredThousand") {
-			t.Skip("the 100,000-timeout load runs once, in TestStore; this test is about New on a caller's *sql.DB")
-		}
-		store, err := mysql.New(db, mysql.Config{Table: testenv.UniqueName(t, "timeouts")})
-		require.NoError(t, err)
-		require.NoError(t, store.SetupInfrastructure(t.Context()))
-		return store
+	sqlstoretest.RunOnCallersDB(t, db, true, func(t *testing.T) (*mysql.Store, error) {
+		return mysql.New(db, mysql.Config{Table: testenv.UniqueName(t, "timeouts")})
 	})
-	require.NoError(t, db.PingContext(t.Context()), "the caller's *sql.DB stays open")
 }
 
 // open opens a store and sets up its table; the conformance suite closes it.
 func open(t testing.TB, config mysql.Config) *mysql.Store {
-	t.Helper()
-	store, err := mysql.Open(t.Context(), config)
-	require.NoError(t, err)
-	require.NoError(t, store.SetupInfrastructure(t.Context()))
-	return store
+	return sqlstoretest.Open(t, func(ctx context.Context) (*mysql.Store, error) { return mysql.Open(ctx, config) })
 }
 
-func openDB(t testing.TB, dsn string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("mysql", dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, db.Close()) })
-	return db
-}
+func openDB(t testing.TB, dsn string) *sql.DB { return sqlstoretest.DB(t, "mysql", dsn) }
 
 // TestHostileNames shows that endpoint names are quoted, never pasted: a name made to break out
 // of SQL becomes a table with exactly that name, and nothing else happens.
@@ -96,13 +79,7 @@ func TestHostileNames(t *testing.T) {
 				database, endpoint+".timeouts").Scan(&n))
 			require.Equal(t, 1, n, "a table named exactly %q", endpoint+".timeouts")
 
-			now := time.Now().Truncate(time.Microsecond)
-			inserted, err := store.Store(ctx, persistence.Timeout{ID: "a", Destination: "d", Due: now})
-			require.NoError(t, err)
-			require.True(t, inserted)
-			ids, err := store.ClaimDue(ctx, now, 10, time.Minute)
-			require.NoError(t, err)
-			require.Equal(t, []string{"a"}, ids)
+			sqlstoretest.StoresAndClaims(t, store)
 		})
 	}
 	_, err = db.ExecContext(ctx, "SELECT * FROM victims")
@@ -174,27 +151,8 @@ func TestSetupInfrastructure(t *testing.T) {
 
 	t.Run("concurrent and repeated", func(t *testing.T) {
 		config := mysql.Config{DSN: dsn, Endpoint: "orders"}
-		var wg sync.WaitGroup
-		errs := make([]error, 8)
-		for i := range errs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				store, err := mysql.Open(ctx, config)
-				if err == nil {
-					err = store.SetupInfrastructure(ctx)
-					_ = store.Close()
-				}
-				errs[i] = err
-			}()
-		}
-		wg.Wait()
-		for _, err := range errs {
-			require.NoError(t, err, "instances setting up at once")
-		}
-		store := open(t, config)
-		require.NoError(t, store.SetupInfrastructure(ctx), "again")
-		require.NoError(t, store.Close())
+		sqlstoretest.SetupAtOnce(t, func(ctx context.Context) (*mysql.Store, error) { return mysql.Open(ctx, config) },
+			"instances setting up at once")
 	})
 
 	t.Run("without the right to create", func(t *testing.T) {
@@ -283,18 +241,11 @@ func TestDueRoundsUp(t *testing.T) {
 	t.Parallel()
 	dsn, _ := testenv.MySQLDatabase(t)
 	store := open(t, mysql.Config{DSN: dsn, Endpoint: "orders"})
-	t.Cleanup(func() { require.NoError(t, store.Close()) })
-	ctx := t.Context()
-	due := time.Date(2030, 1, 1, 0, 0, 0, 1001, time.UTC)
-	_, err := store.Store(ctx, persistence.Timeout{ID: "a", Destination: "d", Due: due})
-	require.NoError(t, err)
-	got, err := store.Peek(ctx, "a")
-	require.NoError(t, err)
-	require.Equal(t, time.Date(2030, 1, 1, 0, 0, 0, 2000, time.UTC), got.Due)
-	ids, err := store.ClaimDue(ctx, due, 10, time.Minute)
-	require.NoError(t, err)
-	require.Empty(t, ids)
-	ids, err = store.ClaimDue(ctx, got.Due, 10, time.Minute)
-	require.NoError(t, err)
-	require.Equal(t, []string{"a"}, ids)
+	sqlstoretest.DueRoundsUp(t, store)
+}
+
+// TestUnopened: every call on a Store that Open or New did not make fails, saying so.
+func TestUnopened(t *testing.T) {
+	t.Parallel()
+	sqlstoretest.Unopened(t, "mysql", &mysql.Store{}, (*mysql.Store)(nil))
 }

@@ -11,15 +11,23 @@ import (
 // driver prepares, executes and closes every statement that has arguments (two round trips);
 // kept statements take one, which BenchmarkPeek shows. They are
 // prepared on first use, not in New, since preparing needs the table SetupInfrastructure makes.
+//
+// As a sqlstore.Querier it runs the statements it keeps prepared, and the others (the batch
+// statements, made for each number of ids, and the operators' reads) on the pool.
 type statements struct {
 	db     *sql.DB
+	keep   map[string]bool
 	mu     sync.Mutex
 	stmts  map[string]*sql.Stmt
 	closed bool
 }
 
-func newStatements(db *sql.DB) *statements {
-	return &statements{db: db, stmts: make(map[string]*sql.Stmt)}
+func newStatements(db *sql.DB, keep ...string) *statements {
+	s := &statements{db: db, keep: make(map[string]bool, len(keep)), stmts: make(map[string]*sql.Stmt)}
+	for _, q := range keep {
+		s.keep[q] = true
+	}
+	return s
 }
 
 // get returns query prepared. database/sql prepares it again on each connection it runs on.
@@ -40,8 +48,11 @@ func (s *statements) get(ctx context.Context, query string) (*sql.Stmt, error) {
 	return stmt, nil
 }
 
-// exec runs a kept statement.
-func (s *statements) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+// ExecContext runs a statement, prepared when it is one to keep.
+func (s *statements) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if !s.keep[query] {
+		return s.db.ExecContext(ctx, query, args...)
+	}
 	stmt, err := s.get(ctx, query)
 	if err != nil {
 		return nil, err
@@ -49,13 +60,16 @@ func (s *statements) exec(ctx context.Context, query string, args ...any) (sql.R
 	return stmt.ExecContext(ctx, args...)
 }
 
-// queryRow runs a kept statement that returns one row.
-func (s *statements) queryRow(ctx context.Context, query string, args ...any) (*sql.Row, error) {
+// QueryContext runs a query, prepared when it is one to keep.
+func (s *statements) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if !s.keep[query] {
+		return s.db.QueryContext(ctx, query, args...)
+	}
 	stmt, err := s.get(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	return stmt.QueryRowContext(ctx, args...), nil
+	return stmt.QueryContext(ctx, args...)
 }
 
 func (s *statements) close() error {

@@ -1,35 +1,32 @@
 package mysql
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
 
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
 // Store keeps timeouts in one MariaDB/MySQL table. It is safe for concurrent use by many
 // goroutines and many processes.
 type Store struct {
-	db        *sql.DB
-	stmts     *statements
-	ownsDB    bool
-	closeOnce sync.Once
-	q         queries
+	core  *sqlstore.Store
+	db    *sql.DB
+	stmts *statements
+	q     queries
 }
 
 var (
 	_ persistence.Store     = (*Store)(nil)
 	_ persistence.Installer = (*Store)(nil)
 	_ persistence.Inspector = (*Store)(nil)
+	_ persistence.Handover  = (*Store)(nil)
 )
 
 // Server error numbers the store acts on.
@@ -74,7 +71,7 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("mysql: connect: %w", err)
 	}
-	return &Store{db: db, stmts: newStatements(db), ownsDB: true, q: newQueries(config.Table)}, nil
+	return newStore(db, true, config.Table), nil
 }
 
 // New returns a store on a *sql.DB the caller opened with the "mysql" driver, connected to the
@@ -87,12 +84,65 @@ func New(db *sql.DB, config Config) (*Store, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, stmts: newStatements(db), q: newQueries(config.Table)}, nil
+	return newStore(db, false, config.Table), nil
+}
+
+// readCommitted is the isolation of the store's transactions: they take no gap locks, so they
+// never block a Store of a timeout that falls between the rows they lock.
+var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+
+func newStore(db *sql.DB, ownsDB bool, table string) *Store {
+	q := newQueries(table)
+	s := &Store{db: db, q: q}
+	s.stmts = newStatements(db, q.core.Store, q.core.Next, q.core.Peek, q.core.Delete,
+		q.core.IncrementFailureCount, q.core.CancelByOwner, q.claimSelect)
+	s.core = sqlstore.New(sqlstore.Dialect{
+		Name:      "mysql",
+		DB:        db,
+		Reader:    s.stmts,
+		Writer:    s.stmts,
+		TxOptions: readCommitted,
+		Close: func() error {
+			err := s.stmts.close()
+			if ownsDB {
+				err = errors.Join(err, db.Close())
+			}
+			return err
+		},
+		Queries:     q.core,
+		Text:        func(v string) any { return []byte(v) },
+		Time:        func(t time.Time) any { return formatTime(t) },
+		ReadTime:    readTime,
+		MaxIn:       maxIn,
+		Validate:    validateTimeout,
+		IsDuplicate: func(err error) bool { return isServerError(err, errDupEntry) },
+		// A deadlock, or a duplicate id withoutStored could not place.
+		Retry: func(err error) bool {
+			return isServerError(err, errLockDeadlock) || isServerError(err, errDupEntry)
+		},
+		BatchTx:   true,
+		StoreRows: s.storeRows,
+		RemoveIDs: s.removeIDs,
+		Claim:     s.claimDue,
+		Hide:      s.hideRetried,
+	})
+	return s
+}
+
+// c is the store's core: for a store that Open or New did not make, one whose calls all fail.
+func (s *Store) c() *sqlstore.Store {
+	if s == nil || s.core == nil {
+		return sqlstore.NotOpened("mysql")
+	}
+	return s.core
 }
 
 // SetupInfrastructure creates the table and its indexes when the table is missing. When it
 // exists it changes nothing and needs no right to create it.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
+	if err := s.c().Opened(); err != nil {
+		return err
+	}
 	_, err := s.db.ExecContext(ctx, s.q.tableExists)
 	if err == nil {
 		return nil
@@ -108,29 +158,10 @@ func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	return nil
 }
 
-// Store keeps t unless a timeout with its id is stored already.
+// Store keeps t unless a timeout with its id is stored already. It is a plain INSERT whose
+// duplicate-key error means "stored already".
 func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) {
-	due, err := validateTimeout(t)
-	if err != nil {
-		return false, err
-	}
-	payload := t.Payload
-	if payload == nil {
-		payload = []byte{}
-	}
-	// A plain INSERT whose duplicate-key error means "stored already": INSERT IGNORE would hide
-	// other errors too, and ON DUPLICATE KEY UPDATE's affected-rows count depends on the DSN's
-	// clientFoundRows.
-	_, err = s.stmts.exec(ctx, s.q.store,
-		[]byte(t.ID), []byte(t.Destination), due, due, []byte(t.Owner), payload,
-		persistence.EncodeMetadata(t.Metadata), t.FailureCount)
-	if isServerError(err, errDupEntry) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("mysql: store %q: %w", t.ID, err)
-	}
-	return true, nil
+	return s.c().Store(ctx, t)
 }
 
 // Limits of the columns, checked before a server in a lax sql_mode cuts a value silently.
@@ -139,86 +170,48 @@ const (
 	maxMediumBlob = 1<<24 - 1 // metadata
 )
 
-// validateTimeout adds what the columns require to what every store requires, and returns the
-// due time as the store keeps it.
-func validateTimeout(t persistence.Timeout) (string, error) {
-	if err := t.Validate(); err != nil {
-		return "", err
-	}
-	due := roundUpMicro(t.Due)
+// validateTimeout checks what the columns require beyond what every store requires.
+func validateTimeout(t persistence.Timeout) error {
+	due := sqlstore.RoundUpMicro(t.Due)
 	switch {
 	case due.Year() < 1000 || due.Year() > 9999:
-		return "", fmt.Errorf("%w: due time %s is outside DATETIME's years 1000 to 9999", persistence.ErrInvalidTimeout, t.Due)
+		return fmt.Errorf("%w: due time %s is outside DATETIME's years 1000 to 9999", persistence.ErrInvalidTimeout, t.Due)
 	case len(t.Destination) > maxBlob:
-		return "", fmt.Errorf("%w: destination is longer than %d bytes", persistence.ErrInvalidTimeout, maxBlob)
+		return fmt.Errorf("%w: destination is longer than %d bytes", persistence.ErrInvalidTimeout, maxBlob)
 	case len(t.Owner) > maxBlob:
-		return "", fmt.Errorf("%w: owner is longer than %d bytes", persistence.ErrInvalidTimeout, maxBlob)
+		return fmt.Errorf("%w: owner is longer than %d bytes", persistence.ErrInvalidTimeout, maxBlob)
 	}
 	if n := len(persistence.EncodeMetadata(t.Metadata)); n > maxMediumBlob {
-		return "", fmt.Errorf("%w: metadata takes %d bytes, more than %d", persistence.ErrInvalidTimeout, n, maxMediumBlob)
+		return fmt.Errorf("%w: metadata takes %d bytes, more than %d", persistence.ErrInvalidTimeout, n, maxMediumBlob)
 	}
-	return formatTime(due), nil
+	return nil
 }
 
 // Next returns when the earliest timeout becomes claimable: its due time, or its lease's end.
-func (s *Store) Next(ctx context.Context) (time.Time, bool, error) {
-	var next utcTime
-	row, err := s.stmts.queryRow(ctx, s.q.next)
-	if err == nil {
-		err = row.Scan(&next)
-	}
-	if err != nil {
-		return time.Time{}, false, fmt.Errorf("mysql: next: %w", err)
-	}
-	return next.Time, next.Valid, nil
-}
+func (s *Store) Next(ctx context.Context) (time.Time, bool, error) { return s.c().Next(ctx) }
 
 // ClaimDue claims up to limit timeouts claimable at now, and returns their ids earliest due
-// first.
+// first. A claim InnoDB chose as a deadlock victim is run again.
 func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
-	if lease < 0 {
-		return nil, fmt.Errorf("mysql: claim: lease cannot be negative (%s)", lease)
-	}
-	// Due times are whole microseconds, so due <= now exactly when due <= now cut to microseconds.
-	now = now.UTC().Truncate(time.Microsecond)
-	until := now.Add(lease).Truncate(time.Microsecond)
-	var (
-		claims []claim
-		err    error
-	)
-	for attempt := 1; ; attempt++ {
-		claims, err = s.claim(ctx, formatTime(now), formatTime(until), limit)
-		if err == nil || !isServerError(err, errLockDeadlock) || attempt == claimAttempts {
-			break
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("mysql: claim: %w", err)
-	}
-	slices.SortFunc(claims, func(a, b claim) int {
-		return cmp.Or(a.due.Compare(b.due), strings.Compare(a.id, b.id))
-	})
-	ids := make([]string, len(claims))
-	for i, c := range claims {
-		ids[i] = c.id
-	}
-	return ids, nil
+	return s.c().ClaimDue(ctx, now, limit, lease)
 }
 
-// claim is a claimed timeout's id and due time.
-type claim struct {
-	id  string
-	due time.Time
+// claimDue claims, up to claimAttempts times while InnoDB chooses the claim as a deadlock
+// victim.
+func (s *Store) claimDue(ctx context.Context, now, until time.Time, limit int) ([]sqlstore.Claimed, error) {
+	for attempt := 1; ; attempt++ {
+		claims, err := s.claim(ctx, formatTime(now), formatTime(until), limit)
+		if err == nil || !isServerError(err, errLockDeadlock) || attempt == claimAttempts {
+			return claims, err
+		}
+	}
 }
 
 // claim locks the earliest claimable rows, skipping rows another claim holds, and moves them to
 // the end of the lease, in one READ COMMITTED transaction: it takes no gap locks, so it never
 // blocks a Store of a timeout that falls between the rows it claims.
-func (s *Store) claim(ctx context.Context, now, until string, limit int) (claims []claim, err error) {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+func (s *Store) claim(ctx context.Context, now, until string, limit int) (claims []sqlstore.Claimed, err error) {
+	tx, err := s.db.BeginTx(ctx, readCommitted)
 	if err != nil {
 		return nil, err
 	}
@@ -240,15 +233,17 @@ func (s *Store) claim(ctx context.Context, now, until string, limit int) (claims
 	args[0] = until
 	for rows.Next() {
 		var (
-			c   claim
-			due utcTime
+			c   sqlstore.Claimed
+			due any
 		)
-		if err := rows.Scan(&c.id, &due); err != nil {
+		if err := rows.Scan(&c.ID, &due); err != nil {
 			return nil, err
 		}
-		c.due = due.Time
+		if c.Due, err = readTime(due); err != nil {
+			return nil, err
+		}
 		claims = append(claims, c)
-		args = append(args, []byte(c.id))
+		args = append(args, []byte(c.ID))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -257,7 +252,7 @@ func (s *Store) claim(ctx context.Context, now, until string, limit int) (claims
 		return nil, err
 	}
 	if len(claims) > 0 {
-		if _, err := tx.ExecContext(ctx, s.q.claimUpdate(len(claims)), args...); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q.moveIn(len(claims)), args...); err != nil {
 			return nil, err
 		}
 	}
@@ -266,83 +261,79 @@ func (s *Store) claim(ctx context.Context, now, until string, limit int) (claims
 
 // Peek returns the timeout with that id, claimed or not.
 func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error) {
-	var (
-		t        = persistence.Timeout{ID: id}
-		due      utcTime
-		metadata []byte
-	)
-	row, err := s.stmts.queryRow(ctx, s.q.peek, []byte(id))
-	if err == nil {
-		err = row.Scan(&t.Destination, &due, &t.Owner, &t.Payload, &metadata, &t.FailureCount)
-	}
-	if errors.Is(err, sql.ErrNoRows) {
-		return persistence.Timeout{}, fmt.Errorf("%w: %q", persistence.ErrNotFound, id)
-	}
-	if err != nil {
-		return persistence.Timeout{}, fmt.Errorf("mysql: peek %q: %w", id, err)
-	}
-	t.Due = due.Time
-	if t.Metadata, err = persistence.DecodeMetadata(metadata); err != nil {
-		return persistence.Timeout{}, fmt.Errorf("mysql: peek %q: %w", id, err)
-	}
-	return t, nil
+	return s.c().Peek(ctx, id)
 }
 
 // Remove deletes the timeout with that id once it was forwarded.
-func (s *Store) Remove(ctx context.Context, id string) (bool, error) {
-	return s.execOne(ctx, "remove", s.q.delete, id)
-}
+func (s *Store) Remove(ctx context.Context, id string) (bool, error) { return s.c().Remove(ctx, id) }
 
 // Cancel deletes the timeout with that id so it is never delivered.
-func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
-	return s.execOne(ctx, "cancel", s.q.delete, id)
-}
+func (s *Store) Cancel(ctx context.Context, id string) (bool, error) { return s.c().Cancel(ctx, id) }
 
 // IncrementFailureCount records a failed forwarding attempt.
 func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, error) {
-	return s.execOne(ctx, "increment failure count of", s.q.incrementFailureCount, id)
+	return s.c().IncrementFailureCount(ctx, id)
 }
 
 // CancelByOwner deletes every timeout of owner. An empty owner cancels nothing: it means "no
-// owner", not every timeout without one.
+// owner", not every timeout without one. The owner index holds the first 255 bytes of owners.
 func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
-	n, err := rowsAffected(s.stmts.exec(ctx, s.q.cancelByOwner, []byte(owner)))
-	if err != nil {
-		return 0, fmt.Errorf("mysql: cancel timeouts of %q: %w", owner, err)
-	}
-	return int(n), nil
-}
-
-// execOne runs a statement on one id and reports whether it found the row.
-func (s *Store) execOne(ctx context.Context, what, query, id string) (bool, error) {
-	n, err := rowsAffected(s.stmts.exec(ctx, query, []byte(id)))
-	if err != nil {
-		return false, fmt.Errorf("mysql: %s %q: %w", what, id, err)
-	}
-	return n > 0, nil
-}
-
-func rowsAffected(res sql.Result, err error) (int64, error) {
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return s.c().CancelByOwner(ctx, owner)
 }
 
 // Close closes the statements the store prepared, and the pool Open opened; a *sql.DB given to
 // New stays open.
-func (s *Store) Close() error {
-	var err error
-	s.closeOnce.Do(func() {
-		err = s.stmts.close()
-		if s.ownsDB {
-			err = errors.Join(err, s.db.Close())
-		}
-	})
-	return err
-}
+func (s *Store) Close() error { return s.c().Close() }
 
 func isServerError(err error, number uint16) bool {
 	var me *gomysql.MySQLError
 	return errors.As(err, &me) && me.Number == number
+}
+
+// Stats counts the stored timeouts, claimed or not, and their earliest and latest due times. It
+// reads the whole table: it is for operators, not for a poll loop.
+func (s *Store) Stats(ctx context.Context) (persistence.Stats, error) { return s.c().Stats(ctx) }
+
+// List returns timeouts earliest due first, without their payloads.
+func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
+	return s.c().List(ctx, opts)
+}
+
+// StoreMany keeps the timeouts whose ids are not stored yet, in one transaction and one commit,
+// and returns those ids. It stores none when any of them is invalid. It looks up which ids are
+// stored, then inserts the others in id order, so that overlapping batches wait for each other
+// rather than deadlock; when a concurrent caller inserted one of them meanwhile, it looks again.
+func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
+	return s.c().StoreMany(ctx, ts)
+}
+
+// PeekMany returns the stored timeouts among ids, claimed or not, one statement per maxIn ids;
+// ids not stored are left out. It fails with persistence.ErrCorruptMetadata when any of them
+// cannot be read.
+func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
+	return s.c().PeekMany(ctx, ids)
+}
+
+// RemoveMany deletes the timeouts with those ids in one transaction and one commit, and returns
+// the ids it deleted. MySQL has no DELETE ... RETURNING, so it first locks the rows it finds (in
+// id order, as a claim or another RemoveMany would not deadlock with it) and deletes exactly those.
+func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
+	return s.c().RemoveMany(ctx, ids)
+}
+
+// Survey describes the timeouts due at or after from.
+func (s *Store) Survey(ctx context.Context, from time.Time) (persistence.Survey, error) {
+	return s.c().Survey(ctx, from)
+}
+
+// Hide claims until mark up to limit timeouts due at or after from that no poller holds at now.
+// A Hide InnoDB chose as a deadlock victim is run again.
+func (s *Store) Hide(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error) {
+	return s.c().Hide(ctx, now, from, limit, mark)
+}
+
+// Release makes the timeouts with these ids claimable again from their due time, one statement
+// per maxIn ids.
+func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
+	return s.c().Release(ctx, ids)
 }

@@ -1,12 +1,14 @@
 package postgres
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 )
 
 // Config configures a Store. Set Endpoint or Table; Open also needs DSN.
@@ -41,43 +43,20 @@ const (
 )
 
 func (c *Config) setDefaults() {
-	c.Table = c.table()
-	if c.Schema == "" {
-		c.Schema = defaultSchema
-	}
-	if c.MaxOpenConns == 0 {
-		c.MaxOpenConns = defaultMaxOpenConns
-	}
-}
-
-// table is Table, or the default made from Endpoint.
-func (c Config) table() string {
-	if c.Table == "" && c.Endpoint != "" {
-		return c.Endpoint + ".timeouts"
-	}
-	return c.Table
+	c.Table = sqlstore.TableName(c.Endpoint, c.Table)
+	c.Schema = cmp.Or(c.Schema, defaultSchema)
+	c.MaxOpenConns = cmp.Or(c.MaxOpenConns, defaultMaxOpenConns)
 }
 
 // Validate reports what is wrong with c. Empty fields are valid where they have defaults.
 func (c Config) Validate() error {
-	var errs []error
-	if table := c.table(); table == "" {
-		errs = append(errs, errors.New("Endpoint or Table must be set"))
-	} else if err := validateIdentifier("Table", table); err != nil {
-		errs = append(errs, err)
-	}
+	var schema error
 	if c.Schema != "" {
-		if err := validateIdentifier("Schema", c.Schema); err != nil {
-			errs = append(errs, err)
-		}
+		schema = validateIdentifier("Schema", c.Schema)
 	}
-	if c.MaxOpenConns < 0 {
-		errs = append(errs, fmt.Errorf("MaxOpenConns cannot be negative (%d)", c.MaxOpenConns))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("postgres: invalid config: %w", err)
-	}
-	return nil
+	return sqlstore.CheckConfig("postgres", sqlstore.TableName(c.Endpoint, c.Table),
+		func(table string) error { return validateIdentifier("Table", table) },
+		schema, sqlstore.CheckMaxOpenConns(c.MaxOpenConns))
 }
 
 func validateIdentifier(field, name string) error {

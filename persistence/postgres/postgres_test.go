@@ -4,12 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore/sqlstoretest"
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/postgres"
@@ -30,34 +30,17 @@ func TestStoreOnCallersDB(t *testing.T) {
 	t.Parallel()
 	dsn, schema := testenv.PostgresSchema(t)
 	db := openDB(t, dsn)
-	storetest.Run(t, func(t *testing.T) persistence.Store {
-		if strings.HasSuffix(t.Name(), "/HundredThousand") {
-			t.Skip("the 100,000-timeout load runs once, in TestStore; this test is about New on a caller's *sql.DB")
-		}
-		store, err := postgres.New(db, postgres.Config{Schema: schema, Table: testenv.UniqueName(t, "timeouts")})
-		require.NoError(t, err)
-		require.NoError(t, store.SetupInfrastructure(t.Context()))
-		return store
+	sqlstoretest.RunOnCallersDB(t, db, true, func(t *testing.T) (*postgres.Store, error) {
+		return postgres.New(db, postgres.Config{Schema: schema, Table: testenv.UniqueName(t, "timeouts")})
 	})
-	require.NoError(t, db.PingContext(t.Context()), "the caller's *sql.DB stays open")
 }
 
 // open opens a store and sets up its table; the conformance suite closes it.
 func open(t testing.TB, config postgres.Config) *postgres.Store {
-	t.Helper()
-	store, err := postgres.Open(t.Context(), config)
-	require.NoError(t, err)
-	require.NoError(t, store.SetupInfrastructure(t.Context()))
-	return store
+	return sqlstoretest.Open(t, func(ctx context.Context) (*postgres.Store, error) { return postgres.Open(ctx, config) })
 }
 
-func openDB(t testing.TB, dsn string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("pgx", dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, db.Close()) })
-	return db
-}
+func openDB(t testing.TB, dsn string) *sql.DB { return sqlstoretest.DB(t, "pgx", dsn) }
 
 // TestHostileNames shows that endpoint and schema names are quoted, never pasted: a name made to
 // break out of SQL becomes a table with exactly that name, and nothing else happens.
@@ -90,13 +73,7 @@ func TestHostileNames(t *testing.T) {
 				tc.schema, tc.endpoint+".timeouts").Scan(&n))
 			require.Equal(t, 1, n, "a table named exactly %q", tc.endpoint+".timeouts")
 
-			now := time.Now().Truncate(time.Microsecond)
-			inserted, err := store.Store(ctx, persistence.Timeout{ID: "a", Destination: "d", Due: now})
-			require.NoError(t, err)
-			require.True(t, inserted)
-			ids, err := store.ClaimDue(ctx, now, 10, time.Minute)
-			require.NoError(t, err)
-			require.Equal(t, []string{"a"}, ids)
+			sqlstoretest.StoresAndClaims(t, store)
 		})
 	}
 	_, err = db.ExecContext(ctx, `SELECT * FROM victims`)
@@ -170,27 +147,8 @@ func TestSetupInfrastructure(t *testing.T) {
 			_, err := db.ExecContext(context.Background(), `DROP SCHEMA IF EXISTS `+quote(config.Schema)+` CASCADE`)
 			require.NoError(t, err)
 		})
-		var wg sync.WaitGroup
-		errs := make([]error, 8)
-		for i := range errs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				store, err := postgres.Open(ctx, config)
-				if err == nil {
-					err = store.SetupInfrastructure(ctx)
-					_ = store.Close()
-				}
-				errs[i] = err
-			}()
-		}
-		wg.Wait()
-		for _, err := range errs {
-			require.NoError(t, err, "instances setting up at once, in a schema that did not exist")
-		}
-		store := open(t, config)
-		require.NoError(t, store.SetupInfrastructure(ctx), "again")
-		require.NoError(t, store.Close())
+		sqlstoretest.SetupAtOnce(t, func(ctx context.Context) (*postgres.Store, error) { return postgres.Open(ctx, config) },
+			"instances setting up at once, in a schema that did not exist")
 	})
 
 	t.Run("without the right to create", func(t *testing.T) {
@@ -261,20 +219,7 @@ func TestDueRoundsUp(t *testing.T) {
 	t.Parallel()
 	dsn, schema := testenv.PostgresSchema(t)
 	store := open(t, postgres.Config{DSN: dsn, Schema: schema, Endpoint: "orders"})
-	t.Cleanup(func() { require.NoError(t, store.Close()) })
-	ctx := t.Context()
-	due := time.Date(2030, 1, 1, 0, 0, 0, 1001, time.UTC)
-	_, err := store.Store(ctx, persistence.Timeout{ID: "a", Destination: "d", Due: due})
-	require.NoError(t, err)
-	got, err := store.Peek(ctx, "a")
-	require.NoError(t, err)
-	require.Equal(t, time.Date(2030, 1, 1, 0, 0, 0, 2000, time.UTC), got.Due)
-	ids, err := store.ClaimDue(ctx, due, 10, time.Minute)
-	require.NoError(t, err)
-	require.Empty(t, ids)
-	ids, err = store.ClaimDue(ctx, got.Due, 10, time.Minute)
-	require.NoError(t, err)
-	require.Equal(t, []string{"a"}, ids)
+	sqlstoretest.DueRoundsUp(t, store)
 }
 
 // TestClaimLeavesSessionSettings shows that a claim's synchronous_commit = off is its own
@@ -311,4 +256,22 @@ func TestClaimLeavesSessionSettings(t *testing.T) {
 	again, err = store.ClaimDue(ctx, now.Add(61*time.Second), 10, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, []string{"c", "a", "b"}, again, "and are claimed again once their lease ran out")
+}
+
+// TestUnopened: every call on a Store that Open or New did not make fails, saying so.
+func TestUnopened(t *testing.T) {
+	t.Parallel()
+	sqlstoretest.Unopened(t, "postgres", &postgres.Store{}, (*postgres.Store)(nil))
+}
+
+// TestUnopenedTx: the calls of the exactly-once forwarder fail alike, and DB has no pool to give.
+func TestUnopenedTx(t *testing.T) {
+	t.Parallel()
+	for _, store := range []*postgres.Store{{}, nil} {
+		require.Nil(t, store.DB())
+		_, err := store.RemoveTx(t.Context(), &sql.Tx{}, "a")
+		require.ErrorContains(t, err, "postgres: the store was not opened with Open or New")
+		_, err = store.RemoveManyWith(t.Context(), &sql.DB{}, []string{"a"}, nil)
+		require.ErrorContains(t, err, "postgres: the store was not opened with Open or New")
+	}
 }

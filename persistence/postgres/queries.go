@@ -1,6 +1,16 @@
 package postgres
 
-import "fmt"
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
+	"github.com/timeoutmill/timeoutmill/persistence"
+)
 
 // queries holds the store's SQL, made once with the schema and table names quoted.
 type queries struct {
@@ -8,39 +18,51 @@ type queries struct {
 	table, availableIndex, ownerIndex string
 	schemaName                        string
 
-	createSchema          string
-	createTable           string
-	createAvailableIndex  string
-	createOwnerIndex      string
-	store                 string
-	next                  string
-	claim                 string
-	peek                  string
-	delete                string
-	incrementFailureCount string
-	cancelByOwner         string
-	stats                 string
-	list                  string
-	listByOwner           string
-	handover              handoverQueries
+	createSchema         string
+	createTable          string
+	createAvailableIndex string
+	createOwnerIndex     string
+	core                 sqlstore.Queries
 }
 
 // newQueries builds the SQL for names that passed validateIdentifier.
-//
-// available_at is when a row can next be claimed: its due time until it is claimed, then the end
-// of the claim's lease. Claims and Next use its index, and no watermark is kept, so a timeout
-// committed late is still found (NServiceBus#3500).
 func newQueries(schema, table string) queries {
 	s := quoteIdent(schema)
 	t := s + "." + quoteIdent(table)
 	availableIndex := quoteIdent(indexName(table, "available_at"))
 	ownerIndex := quoteIdent(indexName(table, "owner"))
+	core := sqlstore.Standard(t, true)
+	core.Store += ` ON CONFLICT (id) DO NOTHING`
+	// One statement: lock the earliest claimable rows, skipping rows another claim holds, and
+	// move them to the end of the lease. The locked rows are updated by their ctid (a TID scan)
+	// rather than looked up again by id: a row we hold locked cannot move, and this saves a
+	// descent of the primary key per row, which at a million rows is a page read per row. A row
+	// updated by someone else after the statement's snapshot is not updated here and stays
+	// unclaimed, never claimed twice. The transaction of the claim commits without waiting for
+	// its WAL to be flushed (synchronous_commit = off, set for this transaction only): see
+	// ClaimDue.
+	core.Claim = fmt.Sprintf(`UPDATE %[1]s AS t SET available_at = $1
+WHERE t.ctid = ANY (ARRAY(
+	SELECT ctid FROM %[1]s WHERE available_at <= $2 ORDER BY available_at LIMIT $3 FOR UPDATE SKIP LOCKED
+))
+AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+RETURNING t.id, t.due`, t)
+	// available_at >= $2 bounds the index scan: every row due at or after from is claimable at
+	// or after from, and a hidden row after HiddenFrom. Rows a poller holds (leased past now, not
+	// hidden) are skipped, and rows another Hide is taking are skipped as a claim skips them.
+	core.Hide = fmt.Sprintf(`WITH hidden AS (
+	SELECT id FROM %[1]s WHERE available_at >= $2
+		AND (due >= $2 AND (available_at = due OR available_at <= $3) OR available_at >= $4 AND available_at <> $1)
+	ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED
+)
+UPDATE %[1]s AS t SET available_at = $1 FROM hidden WHERE t.id = hidden.id
+RETURNING t.id, t.destination, t.due, t.owner, t.payload, t.metadata, t.failure_count`, t)
 	return queries{
 		table:          t,
 		availableIndex: s + "." + availableIndex,
 		ownerIndex:     s + "." + ownerIndex,
 		schemaName:     schema,
-		handover:       newHandoverQueries(t),
+		core:           core,
 
 		createSchema: fmt.Sprintf(`CREATE SCHEMA IF NOT EXISTS %s`, s),
 		// COLLATE "C": ids and owners compare byte for byte, whatever the database's locale.
@@ -58,33 +80,68 @@ func newQueries(schema, table string) queries {
 		// Only equality is asked of owners, and most rows have none: a partial hash index has no
 		// length limit (a btree entry must fit in a third of a page) and stays small.
 		createOwnerIndex: fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s USING hash (owner) WHERE owner <> ''`, ownerIndex, t),
-
-		store: fmt.Sprintf(`INSERT INTO %s (id, destination, due, available_at, owner, payload, metadata, failure_count)
-VALUES ($1, $2, $3, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING`, t),
-		next: fmt.Sprintf(`SELECT min(available_at) FROM %s`, t),
-		// One statement: lock the earliest claimable rows, skipping rows another claim holds, and
-		// move them to the end of the lease. The locked rows are updated by their ctid (a TID scan)
-		// rather than looked up again by id: a row we hold locked cannot move, and this saves a
-		// descent of the primary key per row, which at a million rows is a page read per row. A row
-		// updated by someone else after the statement's snapshot is not updated here and stays
-		// unclaimed, never claimed twice. The transaction of the claim commits without waiting for
-		// its WAL to be flushed (synchronous_commit = off, set for this transaction only): see
-		// ClaimDue.
-		claim: fmt.Sprintf(`UPDATE %[1]s AS t SET available_at = $3
-WHERE t.ctid = ANY (ARRAY(
-	SELECT ctid FROM %[1]s WHERE available_at <= $1 ORDER BY available_at LIMIT $2 FOR UPDATE SKIP LOCKED
-))
-AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
-RETURNING t.id, t.due`, t),
-		peek:                  fmt.Sprintf(`SELECT destination, due, owner, payload, metadata, failure_count FROM %s WHERE id = $1`, t),
-		delete:                fmt.Sprintf(`DELETE FROM %s WHERE id = $1`, t),
-		incrementFailureCount: fmt.Sprintf(`UPDATE %s SET failure_count = failure_count + 1 WHERE id = $1`, t),
-		// owner <> '' matches the partial index, and keeps "" from meaning "every ownerless timeout".
-		cancelByOwner: fmt.Sprintf(`DELETE FROM %s WHERE owner = $1 AND owner <> ''`, t),
-		stats:         fmt.Sprintf(`SELECT count(*), min(due), max(due) FROM %s`, t),
-		list: fmt.Sprintf(`SELECT id, destination, due, owner, metadata, failure_count FROM %s
-ORDER BY due, id LIMIT $1`, t),
-		listByOwner: fmt.Sprintf(`SELECT id, destination, due, owner, metadata, failure_count FROM %s
-WHERE owner = $1 AND owner <> '' ORDER BY due, id LIMIT $2`, t),
 	}
+}
+
+// dialect is how the core runs a store on db, which Close closes when ownsDB.
+func (q queries) dialect(db *sql.DB, ownsDB bool) sqlstore.Dialect {
+	d := sqlstore.Dialect{
+		Name:     "postgres",
+		DB:       db,
+		Numbered: true,
+		Queries:  q.core,
+		Time:     func(t time.Time) any { return t },
+		ReadTime: readTime,
+		// One array parameter, of any length.
+		IDArgs:   func(ids []string) []any { return []any{ids} },
+		Validate: validateTimeout,
+		StoreRows: func(ctx context.Context, db sqlstore.Querier, rows []sqlstore.Row) ([]string, error) {
+			return storeRows(ctx, db, q.table, rows)
+		},
+	}
+	if ownsDB {
+		d.Close = db.Close
+	}
+	return d
+}
+
+func readTime(src any) (time.Time, error) {
+	t, ok := src.(time.Time)
+	if !ok {
+		return time.Time{}, fmt.Errorf("postgres: cannot read %T as a time", src)
+	}
+	return t.UTC(), nil
+}
+
+// storeRows inserts rows in one statement, in id order, and returns the ids it inserted.
+func storeRows(ctx context.Context, db sqlstore.Querier, table string, rows []sqlstore.Row) ([]string, error) {
+	var (
+		ids, destinations, owners = make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows))
+		dues                      = make([]time.Time, len(rows))
+		payloads, metadata        = make([][]byte, len(rows)), make([][]byte, len(rows))
+		failures                  = make([]int32, len(rows))
+	)
+	for i, r := range rows {
+		ids[i], destinations[i], owners[i] = r.T.ID, r.T.Destination, r.T.Owner
+		dues[i], payloads[i], metadata[i], failures[i] = r.Due, r.Payload, r.Metadata, int32(r.T.FailureCount)
+	}
+	return sqlstore.QueryIDs(ctx, db, `INSERT INTO `+table+` (`+sqlstore.Columns+`)
+SELECT id, destination, due, due, owner, payload, metadata, failure_count
+FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::bytea[], $6::bytea[], $7::int[])
+	AS t(id, destination, due, owner, payload, metadata, failure_count)
+ORDER BY id
+ON CONFLICT (id) DO NOTHING RETURNING id`, []any{ids, destinations, dues, owners, payloads, metadata, failures})
+}
+
+// validateTimeout checks what text columns require beyond what every store requires.
+func validateTimeout(t persistence.Timeout) error {
+	for _, f := range []struct{ name, value string }{{"id", t.ID}, {"destination", t.Destination}, {"owner", t.Owner}} {
+		if !utf8.ValidString(f.value) {
+			return fmt.Errorf("%w: %s %q is not valid UTF-8, which PostgreSQL's text requires", persistence.ErrInvalidTimeout, f.name, f.value)
+		}
+		if strings.ContainsRune(f.value, 0) {
+			return fmt.Errorf("%w: %s %q contains a NUL byte, which PostgreSQL's text cannot hold", persistence.ErrInvalidTimeout, f.name, f.value)
+		}
+	}
+	return nil
 }

@@ -1,36 +1,32 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
-	"sync"
 	"time"
-	"unicode/utf8"
 
 	// The pgx database/sql driver, registered as "pgx".
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
 // Store keeps timeouts in one PostgreSQL table. It is safe for concurrent use by many goroutines
 // and many processes.
 type Store struct {
-	db        *sql.DB
-	ownsDB    bool
-	closeOnce sync.Once
-	q         queries
+	core *sqlstore.Store
+	q    queries
 }
 
 var (
 	_ persistence.Store     = (*Store)(nil)
 	_ persistence.Installer = (*Store)(nil)
 	_ persistence.Inspector = (*Store)(nil)
+	_ persistence.Handover  = (*Store)(nil)
 )
 
 // Open connects to the server at config.DSN and returns a store on a pool of its own, which
@@ -54,7 +50,7 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	return &Store{db: db, ownsDB: true, q: newQueries(config.Schema, config.Table)}, nil
+	return newStore(db, true, config), nil
 }
 
 // New returns a store on a *sql.DB the caller opened with the "pgx" driver (for a pgxpool.Pool,
@@ -67,14 +63,30 @@ func New(db *sql.DB, config Config) (*Store, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, q: newQueries(config.Schema, config.Table)}, nil
+	return newStore(db, false, config), nil
+}
+
+func newStore(db *sql.DB, ownsDB bool, config Config) *Store {
+	q := newQueries(config.Schema, config.Table)
+	return &Store{core: sqlstore.New(q.dialect(db, ownsDB)), q: q}
+}
+
+// c is the store's core: for a store that Open or New did not make, one whose calls all fail.
+func (s *Store) c() *sqlstore.Store {
+	if s == nil || s.core == nil {
+		return sqlstore.NotOpened("postgres")
+	}
+	return s.core
 }
 
 // SetupInfrastructure creates the schema, the table and its indexes when they are missing. When
 // all exist it changes nothing and needs no right to create them.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
+	if err := s.c().Opened(); err != nil {
+		return err
+	}
 	var installed bool
-	err := s.db.QueryRowContext(ctx,
+	err := s.core.DB().QueryRowContext(ctx,
 		`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL`,
 		s.q.table, s.q.availableIndex, s.q.ownerIndex).Scan(&installed)
 	if err != nil {
@@ -90,7 +102,7 @@ func (s *Store) SetupInfrastructure(ctx context.Context) error {
 }
 
 func (s *Store) install(ctx context.Context) (err error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.core.DB().BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -124,49 +136,11 @@ func (s *Store) install(ctx context.Context) (err error) {
 
 // Store keeps t unless a timeout with its id is stored already.
 func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) {
-	if err := validateTimeout(t); err != nil {
-		return false, err
-	}
-	payload := t.Payload
-	if payload == nil {
-		payload = []byte{}
-	}
-	res, err := s.db.ExecContext(ctx, s.q.store,
-		t.ID, t.Destination, dueMicros(t.Due), t.Owner, payload, persistence.EncodeMetadata(t.Metadata), t.FailureCount)
-	n, err := rowsAffected(res, err)
-	if err != nil {
-		return false, fmt.Errorf("postgres: store %q: %w", t.ID, err)
-	}
-	return n == 1, nil
-}
-
-// validateTimeout adds what text columns require to what every store requires.
-func validateTimeout(t persistence.Timeout) error {
-	if err := t.Validate(); err != nil {
-		return err
-	}
-	for _, f := range []struct{ name, value string }{{"id", t.ID}, {"destination", t.Destination}, {"owner", t.Owner}} {
-		if !utf8.ValidString(f.value) {
-			return fmt.Errorf("%w: %s %q is not valid UTF-8, which PostgreSQL's text requires", persistence.ErrInvalidTimeout, f.name, f.value)
-		}
-		if strings.ContainsRune(f.value, 0) {
-			return fmt.Errorf("%w: %s %q contains a NUL byte, which PostgreSQL's text cannot hold", persistence.ErrInvalidTimeout, f.name, f.value)
-		}
-	}
-	return nil
+	return s.c().Store(ctx, t)
 }
 
 // Next returns when the earliest timeout becomes claimable: its due time, or its lease's end.
-func (s *Store) Next(ctx context.Context) (time.Time, bool, error) {
-	var next sql.NullTime
-	if err := s.db.QueryRowContext(ctx, s.q.next).Scan(&next); err != nil {
-		return time.Time{}, false, fmt.Errorf("postgres: next: %w", err)
-	}
-	if !next.Valid {
-		return time.Time{}, false, nil
-	}
-	return next.Time.UTC(), true, nil
-}
+func (s *Store) Next(ctx context.Context) (time.Time, bool, error) { return s.c().Next(ctx) }
 
 // ClaimDue claims up to limit timeouts claimable at now in one statement, and returns their ids
 // earliest due first.
@@ -179,121 +153,76 @@ func (s *Store) Next(ctx context.Context) (time.Time, bool, error) {
 // lose one nor deliver one early; the next durable commit on the server (any Store or Remove)
 // makes every earlier claim durable too.
 func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
-	if lease < 0 {
-		return nil, fmt.Errorf("postgres: claim: lease cannot be negative (%s)", lease)
-	}
-	// Due times are whole microseconds, so due <= now exactly when due <= now cut to microseconds.
-	now = now.UTC().Truncate(time.Microsecond)
-	rows, err := s.db.QueryContext(ctx, s.q.claim, now, int64(limit), now.Add(lease).Truncate(time.Microsecond))
-	if err != nil {
-		return nil, fmt.Errorf("postgres: claim: %w", err)
-	}
-	defer rows.Close()
-	type claim struct {
-		id  string
-		due time.Time
-	}
-	claims := make([]claim, 0, limit)
-	for rows.Next() {
-		var c claim
-		if err := rows.Scan(&c.id, &c.due); err != nil {
-			return nil, fmt.Errorf("postgres: claim: %w", err)
-		}
-		claims = append(claims, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("postgres: claim: %w", err)
-	}
-	// RETURNING keeps no order: sort as the claim picked them, earliest due first.
-	slices.SortFunc(claims, func(a, b claim) int {
-		return cmp.Or(a.due.Compare(b.due), strings.Compare(a.id, b.id))
-	})
-	ids := make([]string, len(claims))
-	for i, c := range claims {
-		ids[i] = c.id
-	}
-	return ids, nil
+	return s.c().ClaimDue(ctx, now, limit, lease)
 }
 
 // Peek returns the timeout with that id, claimed or not.
 func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error) {
-	t := persistence.Timeout{ID: id}
-	var metadata []byte
-	err := s.db.QueryRowContext(ctx, s.q.peek, id).
-		Scan(&t.Destination, &t.Due, &t.Owner, &t.Payload, &metadata, &t.FailureCount)
-	if errors.Is(err, sql.ErrNoRows) {
-		return persistence.Timeout{}, fmt.Errorf("%w: %q", persistence.ErrNotFound, id)
-	}
-	if err != nil {
-		return persistence.Timeout{}, fmt.Errorf("postgres: peek %q: %w", id, err)
-	}
-	t.Due = t.Due.UTC()
-	if t.Metadata, err = persistence.DecodeMetadata(metadata); err != nil {
-		return persistence.Timeout{}, fmt.Errorf("postgres: peek %q: %w", id, err)
-	}
-	return t, nil
+	return s.c().Peek(ctx, id)
 }
 
 // Remove deletes the timeout with that id once it was forwarded.
-func (s *Store) Remove(ctx context.Context, id string) (bool, error) {
-	return s.execOne(ctx, "remove", s.q.delete, id)
-}
+func (s *Store) Remove(ctx context.Context, id string) (bool, error) { return s.c().Remove(ctx, id) }
 
 // Cancel deletes the timeout with that id so it is never delivered.
-func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
-	return s.execOne(ctx, "cancel", s.q.delete, id)
-}
+func (s *Store) Cancel(ctx context.Context, id string) (bool, error) { return s.c().Cancel(ctx, id) }
 
 // IncrementFailureCount records a failed forwarding attempt.
 func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, error) {
-	return s.execOne(ctx, "increment failure count of", s.q.incrementFailureCount, id)
+	return s.c().IncrementFailureCount(ctx, id)
 }
 
 // CancelByOwner deletes every timeout of owner. An empty owner cancels nothing: it means "no
-// owner", not every timeout without one.
+// owner", not every timeout without one. The owner index is a partial hash index.
 func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
-	n, err := rowsAffected(s.db.ExecContext(ctx, s.q.cancelByOwner, owner))
-	if err != nil {
-		return 0, fmt.Errorf("postgres: cancel timeouts of %q: %w", owner, err)
-	}
-	return int(n), nil
-}
-
-// execOne runs a statement on one id and reports whether it found the row.
-func (s *Store) execOne(ctx context.Context, what, query, id string) (bool, error) {
-	n, err := rowsAffected(s.db.ExecContext(ctx, query, id))
-	if err != nil {
-		return false, fmt.Errorf("postgres: %s %q: %w", what, id, err)
-	}
-	return n > 0, nil
-}
-
-func rowsAffected(res sql.Result, err error) (int64, error) {
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return s.c().CancelByOwner(ctx, owner)
 }
 
 // Close closes the pool Open opened; a *sql.DB given to New stays open.
-func (s *Store) Close() error {
-	var err error
-	s.closeOnce.Do(func() {
-		if s.ownsDB {
-			err = s.db.Close()
-		}
-	})
-	return err
+func (s *Store) Close() error { return s.c().Close() }
+
+// Stats counts the stored timeouts, claimed or not, and their earliest and latest due times. It
+// reads the whole table: it is for operators, not for a poll loop.
+func (s *Store) Stats(ctx context.Context) (persistence.Stats, error) { return s.c().Stats(ctx) }
+
+// List returns timeouts earliest due first, without their payloads.
+func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
+	return s.c().List(ctx, opts)
 }
 
-// dueMicros rounds a due time up to whole microseconds, so a timeout is never claimed early.
-func dueMicros(t time.Time) time.Time {
-	t = t.UTC()
-	if t.Nanosecond()%1000 != 0 {
-		t = t.Truncate(time.Microsecond).Add(time.Microsecond)
-	}
-	return t
+// StoreMany keeps, in one statement and one commit, the timeouts whose ids are not stored yet and
+// returns those ids. It stores none when any of them is invalid. Rows are inserted in id order,
+// so that batches holding the same ids in other orders wait for each other instead of
+// deadlocking.
+func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
+	return s.c().StoreMany(ctx, ts)
+}
+
+// PeekMany returns the stored timeouts among ids in one statement; ids not stored are left out.
+// It fails with persistence.ErrCorruptMetadata when any of them cannot be read.
+func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
+	return s.c().PeekMany(ctx, ids)
+}
+
+// RemoveMany deletes the timeouts with those ids in one statement, one commit, and returns the
+// ids it deleted.
+func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
+	return s.c().RemoveMany(ctx, ids)
+}
+
+// Survey describes the timeouts due at or after from.
+func (s *Store) Survey(ctx context.Context, from time.Time) (persistence.Survey, error) {
+	return s.c().Survey(ctx, from)
+}
+
+// Hide claims until mark up to limit timeouts due at or after from that no poller holds at now,
+// in one statement.
+func (s *Store) Hide(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error) {
+	return s.c().Hide(ctx, now, from, limit, mark)
+}
+
+// Release makes the timeouts with these ids claimable again from their due time, in one
+// statement.
+func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
+	return s.c().Release(ctx, ids)
 }

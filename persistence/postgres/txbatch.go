@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 )
 
 // Querier runs a statement: a *sql.DB, a *sql.Conn or a *sql.Tx on the store's database.
@@ -24,6 +26,9 @@ type Querier interface {
 // store's pool (DB) for a transaction of its own, or a transaction of the caller's. The store's
 // table is named with its schema, so q may use any search_path.
 func (s *Store) RemoveManyWith(ctx context.Context, q Querier, ids []string, with []string, args ...any) ([]string, error) {
+	if err := s.c().Opened(); err != nil {
+		return nil, err
+	}
 	if q == nil {
 		return nil, errors.New("postgres: remove: no database to run on")
 	}
@@ -36,9 +41,9 @@ func (s *Store) RemoveManyWith(ctx context.Context, q Querier, ids []string, wit
 		b.WriteString(", with" + strconv.Itoa(i) + " AS (" + w + ")")
 	}
 	b.WriteString(" SELECT id FROM removed")
-	rows, err := q.QueryContext(ctx, b.String(), append([]any{ids}, args...)...)
+	removed, err := sqlstore.QueryIDs(ctx, q, b.String(), append([]any{ids}, args...))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: remove %d timeouts: %w", len(ids), err)
 	}
-	return scanIDs(rows, "remove", len(ids))
+	return removed, nil
 }

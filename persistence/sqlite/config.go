@@ -1,11 +1,13 @@
 package sqlite
 
 import (
-	"errors"
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 )
 
 // Config configures a Store. The zero value is not usable: set Path (for Open) and Endpoint or
@@ -40,43 +42,23 @@ const (
 )
 
 func (c *Config) setDefaults() {
-	c.Table = c.table()
-	if c.Synchronous == "" {
-		c.Synchronous = defaultSynchronous
-	}
-	if c.BusyTimeout == 0 {
-		c.BusyTimeout = defaultBusyTimeout
-	}
-}
-
-// table is Table, or the default made from Endpoint.
-func (c Config) table() string {
-	if c.Table == "" && c.Endpoint != "" {
-		return c.Endpoint + ".timeouts"
-	}
-	return c.Table
+	c.Table = sqlstore.TableName(c.Endpoint, c.Table)
+	c.Synchronous = cmp.Or(c.Synchronous, defaultSynchronous)
+	c.BusyTimeout = cmp.Or(c.BusyTimeout, defaultBusyTimeout)
 }
 
 // Validate reports what is wrong with c. Empty fields are valid where they have defaults.
 func (c Config) Validate() error {
-	var errs []error
-	if table := c.table(); table == "" {
-		errs = append(errs, errors.New("Endpoint or Table must be set"))
-	} else if err := validateTable(table); err != nil {
-		errs = append(errs, err)
-	}
+	var synchronous, busy error
 	switch strings.ToUpper(c.Synchronous) {
 	case "", "OFF", "NORMAL", "FULL", "EXTRA":
 	default:
-		errs = append(errs, fmt.Errorf("Synchronous must be NORMAL, FULL, EXTRA or OFF, not %q", c.Synchronous))
+		synchronous = fmt.Errorf("Synchronous must be NORMAL, FULL, EXTRA or OFF, not %q", c.Synchronous)
 	}
 	if c.BusyTimeout < 0 {
-		errs = append(errs, fmt.Errorf("BusyTimeout cannot be negative (%s)", c.BusyTimeout))
+		busy = fmt.Errorf("BusyTimeout cannot be negative (%s)", c.BusyTimeout)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("sqlite: invalid config: %w", err)
-	}
-	return nil
+	return sqlstore.CheckConfig("sqlite", sqlstore.TableName(c.Endpoint, c.Table), validateTable, synchronous, busy)
 }
 
 // maxTableLength keeps a table name and the index names made from it readable in error messages

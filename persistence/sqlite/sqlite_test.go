@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore/sqlstoretest"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/sqlite"
 	"github.com/timeoutmill/timeoutmill/persistence/storetest"
@@ -251,4 +252,10 @@ func TestConfigValidate(t *testing.T) {
 
 	require.NoError(t, sqlite.Config{Endpoint: "orders", Synchronous: "full"}.Validate())
 	require.Error(t, sqlite.Config{}.Validate())
+}
+
+// TestUnopened: every call on a Store that Open or New did not make fails, saying so.
+func TestUnopened(t *testing.T) {
+	t.Parallel()
+	sqlstoretest.Unopened(t, "sqlite", &sqlite.Store{}, (*sqlite.Store)(nil))
 }

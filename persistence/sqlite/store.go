@@ -1,27 +1,26 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
 	"runtime"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	// The pure Go SQLite driver, registered as "sqlite".
 	_ "modernc.org/sqlite"
 
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
 // Store keeps timeouts in one SQLite table. It is safe for concurrent use, and several processes
 // may share the file: every claim is one atomic statement.
 type Store struct {
+	core *sqlstore.Store
 	// writer makes every change to the table, from one goroutine that commits changes made at
 	// the same time together. Open gives its pool one connection, so that no two goroutines of
 	// this process ever wait for each other in SQLite's busy handler.
@@ -29,16 +28,66 @@ type Store struct {
 	// reader runs the statements that only read; in WAL mode they never wait for the writer.
 	reader *sql.DB
 	// pools are closed by Close: Open's two, none for New (the caller's *sql.DB stays open).
-	pools     []*sql.DB
-	closeOnce sync.Once
-	q         queries
+	pools []*sql.DB
+	q     queries
 }
 
 var (
 	_ persistence.Store     = (*Store)(nil)
 	_ persistence.Installer = (*Store)(nil)
 	_ persistence.Inspector = (*Store)(nil)
+	_ persistence.Handover  = (*Store)(nil)
 )
+
+// maxIn bounds the ids of one IN list, far below SQLite's limit on bound parameters.
+const maxIn = 500
+
+// newStore returns a store whose changes w makes and whose reads reader runs.
+func newStore(w *writer, reader *sql.DB, pools []*sql.DB, table string) *Store {
+	s := &Store{writer: w, reader: reader, pools: pools, q: newQueries(table)}
+	s.core = sqlstore.New(sqlstore.Dialect{
+		Name:    "sqlite",
+		DB:      reader,
+		Reader:  reader,
+		Queries: s.q.core,
+		Write: func(ctx context.Context, tx bool, run func(ctx context.Context, q sqlstore.Querier) error) error {
+			if tx {
+				run = inOneTransaction(run)
+			}
+			return w.do(ctx, run)
+		},
+		Close: func() error {
+			w.close()
+			var err error
+			for _, db := range pools {
+				err = errors.Join(err, db.Close())
+			}
+			return err
+		},
+		Time:      func(t time.Time) any { return t.UnixMicro() },
+		ReadTime:  readTime,
+		MaxIn:     maxIn,
+		BatchTx:   true,
+		StoreRows: s.storeRows,
+	})
+	return s
+}
+
+func readTime(src any) (time.Time, error) {
+	us, ok := src.(int64)
+	if !ok {
+		return time.Time{}, fmt.Errorf("sqlite: cannot read %T as a time", src)
+	}
+	return time.UnixMicro(us).UTC(), nil
+}
+
+// c is the store's core: for a store that Open or New did not make, one whose calls all fail.
+func (s *Store) c() *sqlstore.Store {
+	if s == nil || s.core == nil {
+		return sqlstore.NotOpened("sqlite")
+	}
+	return s.core
+}
 
 // Open opens (creating when missing) the database file at config.Path in WAL mode, creates the
 // table and its indexes when missing, and returns a store on it. Close closes the file.
@@ -72,7 +121,7 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 	reader.SetMaxOpenConns(readers)
 	reader.SetMaxIdleConns(readers)
 
-	s := &Store{writer: newWriter(writer), reader: reader, pools: []*sql.DB{reader, writer}, q: newQueries(config.Table)}
+	s := newStore(newWriter(writer), reader, []*sql.DB{reader, writer}, config.Table)
 	if err := s.SetupInfrastructure(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -91,7 +140,7 @@ func New(ctx context.Context, db *sql.DB, config Config) (*Store, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{writer: newWriter(db), reader: db, q: newQueries(config.Table)}
+	s := newStore(newWriter(db), db, nil, config.Table)
 	if err := s.SetupInfrastructure(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
@@ -119,6 +168,9 @@ func dsn(config Config, readOnly bool) string {
 
 // SetupInfrastructure creates the table and its indexes when they are missing.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
+	if err := s.c().Opened(); err != nil {
+		return err
+	}
 	err := s.writer.do(ctx, func(ctx context.Context, db execer) error {
 		for _, stmt := range s.q.setup {
 			if _, err := db.ExecContext(ctx, stmt); err != nil {
@@ -135,189 +187,85 @@ func (s *Store) SetupInfrastructure(ctx context.Context) error {
 
 // Store keeps t unless a timeout with its id is stored already.
 func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) {
-	if err := t.Validate(); err != nil {
-		return false, err
-	}
-	payload := t.Payload
-	if payload == nil {
-		payload = []byte{}
-	}
-	due := dueMicros(t.Due)
-	metadata := persistence.EncodeMetadata(t.Metadata)
-	var inserted bool
-	err := s.writer.do(ctx, func(ctx context.Context, db execer) error {
-		n, err := rowsAffected(db.ExecContext(ctx, s.q.store,
-			t.ID, t.Destination, due, due, t.Owner, payload, metadata, t.FailureCount))
-		inserted = n == 1
-		return err
-	})
-	if err != nil {
-		return false, fmt.Errorf("sqlite: store %q: %w", t.ID, err)
-	}
-	return inserted, nil
+	return s.c().Store(ctx, t)
 }
 
 // Next returns when the earliest timeout becomes claimable: its due time, or its lease's end.
-func (s *Store) Next(ctx context.Context) (time.Time, bool, error) {
-	var next sql.NullInt64
-	if err := s.reader.QueryRowContext(ctx, s.q.next).Scan(&next); err != nil {
-		return time.Time{}, false, fmt.Errorf("sqlite: next: %w", err)
-	}
-	if !next.Valid {
-		return time.Time{}, false, nil
-	}
-	return fromMicros(next.Int64), true, nil
-}
+// It reads on the reader pool.
+func (s *Store) Next(ctx context.Context) (time.Time, bool, error) { return s.c().Next(ctx) }
 
 // ClaimDue claims up to limit timeouts claimable at now in one statement, and returns their ids
 // earliest due first.
 func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
-	if lease < 0 {
-		return nil, fmt.Errorf("sqlite: claim: lease cannot be negative (%s)", lease)
-	}
-	var claims []claim
-	err := s.writer.do(ctx, func(ctx context.Context, db execer) error {
-		var err error
-		claims, err = s.claim(ctx, db, now.UnixMicro(), now.Add(lease).UnixMicro(), limit)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: claim: %w", err)
-	}
-	slices.SortFunc(claims, func(a, b claim) int {
-		return cmp.Or(cmp.Compare(a.due, b.due), strings.Compare(a.id, b.id))
-	})
-	ids := make([]string, len(claims))
-	for i, c := range claims {
-		ids[i] = c.id
-	}
-	return ids, nil
+	return s.c().ClaimDue(ctx, now, limit, lease)
 }
 
-// claim is a claimed timeout's id and due time (unix microseconds).
-type claim struct {
-	id  string
-	due int64
-}
-
-func (s *Store) claim(ctx context.Context, db execer, now, until int64, limit int) ([]claim, error) {
-	rows, err := db.QueryContext(ctx, s.q.claim, until, now, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	claims := make([]claim, 0, min(limit, 1000))
-	for rows.Next() {
-		var c claim
-		if err := rows.Scan(&c.id, &c.due); err != nil {
-			return nil, err
-		}
-		claims = append(claims, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return claims, rows.Close()
-}
-
-// Peek returns the timeout with that id, claimed or not.
+// Peek returns the timeout with that id, claimed or not. It reads on the reader pool.
 func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error) {
-	t := persistence.Timeout{ID: id}
-	var (
-		due      int64
-		metadata []byte
-	)
-	err := s.reader.QueryRowContext(ctx, s.q.peek, id).
-		Scan(&t.Destination, &due, &t.Owner, &t.Payload, &metadata, &t.FailureCount)
-	if errors.Is(err, sql.ErrNoRows) {
-		return persistence.Timeout{}, fmt.Errorf("%w: %q", persistence.ErrNotFound, id)
-	}
-	if err != nil {
-		return persistence.Timeout{}, fmt.Errorf("sqlite: peek %q: %w", id, err)
-	}
-	t.Due = fromMicros(due)
-	if t.Metadata, err = persistence.DecodeMetadata(metadata); err != nil {
-		return persistence.Timeout{}, fmt.Errorf("sqlite: peek %q: %w", id, err)
-	}
-	return t, nil
+	return s.c().Peek(ctx, id)
 }
 
 // Remove deletes the timeout with that id once it was forwarded.
-func (s *Store) Remove(ctx context.Context, id string) (bool, error) {
-	return s.execOne(ctx, "remove", s.q.delete, id)
-}
+func (s *Store) Remove(ctx context.Context, id string) (bool, error) { return s.c().Remove(ctx, id) }
 
 // Cancel deletes the timeout with that id so it is never delivered.
-func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
-	return s.execOne(ctx, "cancel", s.q.delete, id)
-}
+func (s *Store) Cancel(ctx context.Context, id string) (bool, error) { return s.c().Cancel(ctx, id) }
 
 // IncrementFailureCount records a failed forwarding attempt.
 func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, error) {
-	return s.execOne(ctx, "increment failure count of", s.q.incrementFailureCount, id)
+	return s.c().IncrementFailureCount(ctx, id)
 }
 
 // CancelByOwner deletes every timeout of owner. An empty owner cancels nothing: it means "no
 // owner", not every timeout without one.
 func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
-	var n int64
-	err := s.writer.do(ctx, func(ctx context.Context, db execer) error {
-		var err error
-		n, err = rowsAffected(db.ExecContext(ctx, s.q.cancelByOwner, owner))
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sqlite: cancel timeouts of %q: %w", owner, err)
-	}
-	return int(n), nil
-}
-
-// execOne runs a statement on one id and reports whether it found the row.
-func (s *Store) execOne(ctx context.Context, what, query, id string) (bool, error) {
-	var n int64
-	err := s.writer.do(ctx, func(ctx context.Context, db execer) error {
-		var err error
-		n, err = rowsAffected(db.ExecContext(ctx, query, id))
-		return err
-	})
-	if err != nil {
-		return false, fmt.Errorf("sqlite: %s %q: %w", what, id, err)
-	}
-	return n > 0, nil
-}
-
-func rowsAffected(res sql.Result, err error) (int64, error) {
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return s.c().CancelByOwner(ctx, owner)
 }
 
 // Close waits for the changes being committed, then closes the database when Open opened it; a
 // *sql.DB given to New stays open. Later calls return ErrClosed (reads may return sql.ErrConnDone).
-func (s *Store) Close() error {
-	var err error
-	s.closeOnce.Do(func() {
-		s.writer.close()
-		for _, db := range s.pools {
-			err = errors.Join(err, db.Close())
-		}
-	})
-	return err
+func (s *Store) Close() error { return s.c().Close() }
+
+// Stats counts the stored timeouts, claimed or not, and their earliest and latest due times, on
+// the reader pool.
+func (s *Store) Stats(ctx context.Context) (persistence.Stats, error) { return s.c().Stats(ctx) }
+
+// List returns timeouts earliest due first, without their payloads, on the reader pool.
+func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
+	return s.c().List(ctx, opts)
 }
 
-// dueMicros rounds a due time up to whole microseconds, so a timeout is never claimed early.
-func dueMicros(t time.Time) int64 {
-	us := t.UnixMicro()
-	if t.Nanosecond()%1000 != 0 {
-		us++
-	}
-	return us
+// PeekMany returns the stored timeouts among ids, one statement per maxIn ids on the reader pool;
+// ids not stored are left out.
+func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
+	return s.c().PeekMany(ctx, ids)
 }
 
-func fromMicros(us int64) time.Time {
-	return time.UnixMicro(us).UTC()
+// StoreMany keeps the timeouts whose ids are not stored yet, in one change of the writer, and
+// returns those ids. It stores none when any of them is invalid.
+func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
+	return s.c().StoreMany(ctx, ts)
+}
+
+// RemoveMany deletes the timeouts with those ids in one change of the writer, committed with
+// whatever else is being written, and returns the ids it deleted.
+func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
+	return s.c().RemoveMany(ctx, ids)
+}
+
+// Survey describes the timeouts due at or after from. It reads on the reader pool.
+func (s *Store) Survey(ctx context.Context, from time.Time) (persistence.Survey, error) {
+	return s.c().Survey(ctx, from)
+}
+
+// Hide claims until mark up to limit timeouts due at or after from that no poller holds at now,
+// in one change of the writer.
+func (s *Store) Hide(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error) {
+	return s.c().Hide(ctx, now, from, limit, mark)
+}
+
+// Release makes the timeouts with these ids claimable again from their due time: one change of
+// the writer per maxIn ids.
+func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
+	return s.c().Release(ctx, ids)
 }

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 )
 
 // ErrClosed is returned by a Store's methods after Close.
@@ -15,10 +17,7 @@ var ErrClosed = errors.New("sqlite: store is closed")
 const maxGroup = 128
 
 // execer is what a change runs its statements on: the database, or the group's transaction.
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
+type execer = sqlstore.Querier
 
 // change is one Store, ClaimDue, Remove, ... waiting to be written. run may be called twice (in
 // the group's transaction, then alone if the group failed), so it must set its results afresh.

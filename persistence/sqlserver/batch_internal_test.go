@@ -2,6 +2,7 @@ package sqlserver
 
 import (
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -190,6 +191,45 @@ func TestBatchRunsAgainAfterADeadlock(t *testing.T) {
 	var se mssql.Error
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, int32(1205), se.Number)
+}
+
+// TestRelease: one statement per 500 distinct ids that a timeout can have, each its own commit;
+// the counts the statements return are added up.
+func TestRelease(t *testing.T) {
+	t.Parallel()
+	q := queriesFor(t, Config{Endpoint: ordersEndpoint})
+	store, fake := newFakeStore(t, Config{Endpoint: ordersEndpoint}, func(c call) answer {
+		return rowsOf([]driver.Value{int64(len(c.names) - 1)}) // all but one found
+	})
+	ctx := t.Context()
+	var ids []string
+	for i := range 700 {
+		ids = append(ids, fmt.Sprintf("t-%03d", i))
+	}
+	n, err := store.Release(ctx, append(append([]string{"bad\xff", "trailing "}, ids...), ids[:10]...))
+	require.NoError(t, err)
+	require.Equal(t, 698, n)
+	calls := fake.recorded()
+	require.Equal(t, []string{q.releaseMany(500), q.releaseMany(200)}, []string{calls[0].query, calls[1].query})
+	for _, c := range calls {
+		require.False(t, c.inTx, "each statement commits alone")
+		for _, v := range c.args {
+			require.True(t, storable(v.(string)), "%q sent", v)
+		}
+	}
+	require.Equal(t, "t-000", calls[0].args["id0"])
+	require.Equal(t, "t-699", calls[1].args["id199"])
+
+	n, err = store.Release(ctx, nil)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Len(t, fake.recorded(), 2, "nothing to release sends nothing")
+
+	store, _ = newFakeStore(t, Config{Endpoint: ordersEndpoint}, func(call) answer {
+		return answer{err: errors.New("connection reset by peer")}
+	})
+	_, err = store.Release(ctx, ids)
+	require.ErrorContains(t, err, "sqlserver: release: connection reset by peer")
 }
 
 func idsOf(ts []persistence.Timeout) []string {

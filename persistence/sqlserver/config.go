@@ -1,11 +1,13 @@
 package sqlserver
 
 import (
-	"errors"
+	"cmp"
 	"fmt"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 )
 
 // Config configures a Store. Set Endpoint or Table; Open also needs DSN.
@@ -44,43 +46,29 @@ const (
 )
 
 func (c *Config) setDefaults() {
-	c.Table = c.table()
-	if c.Schema == "" {
-		c.Schema = defaultSchema
-	}
-	if c.MaxOpenConns == 0 {
-		c.MaxOpenConns = defaultMaxOpenConns
-	}
-}
-
-// table is Table, or the default made from Endpoint.
-func (c Config) table() string {
-	if c.Table == "" && c.Endpoint != "" {
-		return c.Endpoint + ".timeouts"
-	}
-	return c.Table
+	c.Table = sqlstore.TableName(c.Endpoint, c.Table)
+	c.Schema = cmp.Or(c.Schema, defaultSchema)
+	c.MaxOpenConns = cmp.Or(c.MaxOpenConns, defaultMaxOpenConns)
 }
 
 // Validate reports what is wrong with c. Empty fields are valid where they have defaults.
 func (c Config) Validate() error {
-	var errs []error
-	if table := c.table(); table == "" {
-		errs = append(errs, errors.New("Endpoint or Table must be set"))
-	} else if err := validateIdentifier("Table", table); err != nil {
-		errs = append(errs, err)
-	} else if strings.HasPrefix(table, "#") {
-		errs = append(errs, fmt.Errorf("Table %q starts with #, which would make it a temporary table", table))
-	}
+	var schema error
 	if c.Schema != "" {
-		if err := validateIdentifier("Schema", c.Schema); err != nil {
-			errs = append(errs, err)
-		}
+		schema = validateIdentifier("Schema", c.Schema)
 	}
-	if c.MaxOpenConns < 0 {
-		errs = append(errs, fmt.Errorf("MaxOpenConns cannot be negative (%d)", c.MaxOpenConns))
+	return sqlstore.CheckConfig("sqlserver", sqlstore.TableName(c.Endpoint, c.Table), validateTable,
+		schema, sqlstore.CheckMaxOpenConns(c.MaxOpenConns))
+}
+
+// validateTable refuses what validateIdentifier refuses, and a name SQL Server would take for a
+// temporary table.
+func validateTable(table string) error {
+	if err := validateIdentifier("Table", table); err != nil {
+		return err
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("sqlserver: invalid config: %w", err)
+	if strings.HasPrefix(table, "#") {
+		return fmt.Errorf("Table %q starts with #, which would make it a temporary table", table)
 	}
 	return nil
 }

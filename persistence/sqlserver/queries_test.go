@@ -89,8 +89,9 @@ func TestStatementsParse(t *testing.T) {
 		"listByOwner":           {"limit", "owner"},
 		"storeMany(2)": {"destination0", "destination1", "due0", "due1", "failureCount0", "failureCount1",
 			"headers0", "headers1", "id0", "id1", "owner0", "owner1", "state0", "state1"},
-		"peekMany(2)":   {"id0", "id1"},
-		"removeMany(2)": {"id0", "id1"},
+		"peekMany(2)":    {"id0", "id1"},
+		"removeMany(2)":  {"id0", "id1"},
+		"releaseMany(2)": {"id0", "id1"},
 	}
 	for name, config := range goldenCases() {
 		t.Run(name, func(t *testing.T) {
@@ -219,6 +220,7 @@ func TestResultColumns(t *testing.T) {
 		"storeMany(2)":          {"inserted.Id"},
 		"peekMany(2)":           {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "State", "Headers", "RetryCount"},
 		"removeMany(2)":         {"deleted.Id"},
+		"releaseMany(2)":        {"@@ROWCOUNT"},
 	}
 	for _, st := range statements(q) {
 		got, err := resultColumns(st.sql)

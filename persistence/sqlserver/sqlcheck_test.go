@@ -85,6 +85,7 @@ func statements(q queries) []namedSQL {
 		{"storeMany(2)", q.storeMany(2)},
 		{"peekMany(2)", q.peekMany(2)},
 		{"removeMany(2)", q.removeMany(2)},
+		{"releaseMany(2)", q.releaseMany(2)},
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	// America/Los_Angeles for the DSN's timezone, wherever the tests run.
@@ -15,6 +14,7 @@ import (
 	_ "github.com/microsoft/go-mssqldb"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore/sqlstoretest"
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/sqlserver"
@@ -43,13 +43,9 @@ func TestStoreOnCallersDB(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.SQLServerDSN(t)
 	db := openDB(t, withParam(t, dsn, "timezone", "America/Los_Angeles"))
-	storetest.Run(t, func(t *testing.T) persistence.Store {
-		store, err := sqlserver.New(db, sqlserver.Config{Table: table(t, dsn, "dbo")})
-		require.NoError(t, err)
-		require.NoError(t, store.SetupInfrastructure(t.Context()))
-		return store
+	sqlstoretest.RunOnCallersDB(t, db, false, func(t *testing.T) (*sqlserver.Store, error) {
+		return sqlserver.New(db, sqlserver.Config{Table: table(t, dsn, "dbo")})
 	})
-	require.NoError(t, db.PingContext(t.Context()), "the caller's *sql.DB stays open")
 }
 
 // table names a table of t's own in schema and drops it when t ends.
@@ -62,20 +58,10 @@ func table(t testing.TB, dsn, schema string) string {
 
 // open opens a store and sets up its table; the conformance suite closes it.
 func open(t testing.TB, config sqlserver.Config) *sqlserver.Store {
-	t.Helper()
-	store, err := sqlserver.Open(t.Context(), config)
-	require.NoError(t, err)
-	require.NoError(t, store.SetupInfrastructure(t.Context()))
-	return store
+	return sqlstoretest.Open(t, func(ctx context.Context) (*sqlserver.Store, error) { return sqlserver.Open(ctx, config) })
 }
 
-func openDB(t testing.TB, dsn string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("sqlserver", dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, db.Close()) })
-	return db
-}
+func openDB(t testing.TB, dsn string) *sql.DB { return sqlstoretest.DB(t, "sqlserver", dsn) }
 
 // exec runs one statement on a connection of its own, for set-up and clean-up.
 func exec(t testing.TB, dsn, stmt string) {
@@ -134,13 +120,7 @@ func TestHostileNames(t *testing.T) {
 				tc.schema, tc.endpoint+".timeouts").Scan(&n))
 			require.Equal(t, 1, n, "a table named exactly %q", tc.endpoint+".timeouts")
 
-			now := time.Now().Truncate(time.Microsecond)
-			inserted, err := store.Store(ctx, persistence.Timeout{ID: "a", Destination: "d", Due: now})
-			require.NoError(t, err)
-			require.True(t, inserted)
-			ids, err := store.ClaimDue(ctx, now, 10, time.Minute)
-			require.NoError(t, err)
-			require.Equal(t, []string{"a"}, ids)
+			sqlstoretest.StoresAndClaims(t, store)
 		})
 	}
 	_, err := db.ExecContext(ctx, "SELECT * FROM dbo."+victims)
@@ -158,27 +138,8 @@ func TestSetupInfrastructure(t *testing.T) {
 	})
 	config := sqlserver.Config{DSN: dsn, Schema: schema, Endpoint: "orders"}
 
-	var wg sync.WaitGroup
-	errs := make([]error, 8)
-	for i := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			store, err := sqlserver.Open(ctx, config)
-			if err == nil {
-				err = store.SetupInfrastructure(ctx)
-				_ = store.Close()
-			}
-			errs[i] = err
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		require.NoError(t, err, "instances setting up at once, in a schema that did not exist")
-	}
-	store := open(t, config)
-	require.NoError(t, store.SetupInfrastructure(ctx), "again")
-	require.NoError(t, store.Close())
+	sqlstoretest.SetupAtOnce(t, func(ctx context.Context) (*sqlserver.Store, error) { return sqlserver.Open(ctx, config) },
+		"instances setting up at once, in a schema that did not exist")
 
 	// The script a DBA would run is what SetupInfrastructure runs, and can be run again.
 	script, err := sqlserver.SetupScript(config)
@@ -280,18 +241,11 @@ func TestDueRoundsUp(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.SQLServerDSN(t)
 	store := open(t, sqlserver.Config{DSN: dsn, Table: table(t, dsn, "dbo")})
-	t.Cleanup(func() { require.NoError(t, store.Close()) })
-	ctx := t.Context()
-	due := time.Date(2030, 1, 1, 0, 0, 0, 1001, time.UTC)
-	_, err := store.Store(ctx, persistence.Timeout{ID: "a", Destination: "d", Due: due})
-	require.NoError(t, err)
-	got, err := store.Peek(ctx, "a")
-	require.NoError(t, err)
-	require.Equal(t, time.Date(2030, 1, 1, 0, 0, 0, 2000, time.UTC), got.Due)
-	ids, err := store.ClaimDue(ctx, due, 10, time.Minute)
-	require.NoError(t, err)
-	require.Empty(t, ids)
-	ids, err = store.ClaimDue(ctx, got.Due, 10, time.Minute)
-	require.NoError(t, err)
-	require.Equal(t, []string{"a"}, ids)
+	sqlstoretest.DueRoundsUp(t, store)
+}
+
+// TestUnopened: every call on a Store that Open or New did not make fails, saying so.
+func TestUnopened(t *testing.T) {
+	t.Parallel()
+	sqlstoretest.Unopened(t, "sqlserver", &sqlserver.Store{}, (*sqlserver.Store)(nil))
 }

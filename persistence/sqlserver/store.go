@@ -1,29 +1,27 @@
 package sqlserver
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
 	mssql "github.com/microsoft/go-mssqldb"
 
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
 // Store keeps timeouts in one SQL Server table. It is safe for concurrent use by many goroutines
 // and many processes.
 type Store struct {
-	db        *sql.DB
-	ownsDB    bool
-	closeOnce sync.Once
-	q         queries
+	core *sqlstore.Store
+	db   *sql.DB
+	q    queries
 }
 
 var (
@@ -58,7 +56,7 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 		_ = db.Close()
 		return nil, redactError(fmt.Errorf("sqlserver: connect to %s: %w", serverName(dsn), err), dsnSecrets(config.DSN))
 	}
-	return &Store{db: db, ownsDB: true, q: newQueries(config.Schema, config.Table)}, nil
+	return newStore(db, true, config), nil
 }
 
 // New returns a store on a *sql.DB the caller opened with the "sqlserver" driver of
@@ -71,13 +69,67 @@ func New(db *sql.DB, config Config) (*Store, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, q: newQueries(config.Schema, config.Table)}, nil
+	return newStore(db, false, config), nil
+}
+
+func newStore(db *sql.DB, ownsDB bool, config Config) *Store {
+	s := &Store{db: db, q: newQueries(config.Schema, config.Table)}
+	d := sqlstore.Dialect{
+		Name: "sqlserver",
+		DB:   db,
+		Queries: sqlstore.Queries{
+			Store:                 s.q.store,
+			Next:                  s.q.next,
+			Claim:                 s.q.claim,
+			Peek:                  s.q.peek,
+			Delete:                s.q.delete,
+			IncrementFailureCount: s.q.incrementFailureCount,
+			CancelByOwner:         s.q.cancelByOwner,
+			Stats:                 s.q.stats,
+			List:                  s.q.list,
+			ListByOwner:           s.q.listByOwner,
+			PeekIn:                s.q.peekMany,
+			RemoveIn:              s.q.removeMany,
+			ReleaseIn:             s.q.releaseMany,
+		},
+		Named:    true,
+		Time:     func(t time.Time) any { return utc(t) },
+		ReadTime: readTime,
+		IDArgs:   idArgs,
+		MaxIn:    maxIn,
+		// The statements end in SELECT @@ROWCOUNT: the driver's rows-affected count would be zero
+		// under SET NOCOUNT ON.
+		RowCount:    true,
+		Validate:    validateTimeout,
+		Storable:    storable,
+		IsDuplicate: func(err error) bool { return isServerError(err, errDuplicateKey, errDuplicateKeyIndex) },
+		// A deadlock victim, which SQL Server rolled back.
+		Retry:        func(err error) bool { return isServerError(err, errDeadlock) },
+		StoreRows:    s.storeRows,
+		MaxStoreRows: maxStoreRows,
+	}
+	if ownsDB {
+		d.Close = db.Close
+	}
+	s.core = sqlstore.New(d)
+	return s
+}
+
+// c is the store's core: for a store that Open or New did not make, one whose calls all fail.
+func (s *Store) c() *sqlstore.Store {
+	if s == nil || s.core == nil {
+		return sqlstore.NotOpened("sqlserver")
+	}
+	return s.core
 }
 
 // SetupInfrastructure creates the schema, the table and its indexes when they are missing (the
 // script SetupScript returns). When all exist it changes nothing and needs no right to create
 // them.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
+	if err := s.c().Opened(); err != nil {
+		return err
+	}
 	var indexes int
 	if err := s.db.QueryRowContext(ctx, s.q.installed).Scan(&indexes); err != nil {
 		return fmt.Errorf("sqlserver: set up %s: %w", s.q.table, err)
@@ -111,218 +163,71 @@ func (s *Store) install(ctx context.Context) (err error) {
 
 // Store keeps t unless a timeout with its id is stored already.
 func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) {
-	due, err := validateTimeout(t)
-	if err != nil {
-		return false, err
-	}
-	payload := t.Payload
-	if payload == nil {
-		payload = []byte{}
-	}
-	var n int64
-	err = s.db.QueryRowContext(ctx, s.q.store,
-		sql.Named("id", t.ID),
-		sql.Named("destination", t.Destination),
-		sql.Named("state", payload),
-		sql.Named("due", utc(due)),
-		sql.Named("headers", persistence.EncodeMetadata(t.Metadata)),
-		sql.Named("failureCount", int64(t.FailureCount)),
-		sql.Named("owner", t.Owner),
-	).Scan(&n)
-	if isServerError(err, errDuplicateKey, errDuplicateKeyIndex) {
-		return false, nil // stored by another Store of the same id at the same moment
-	}
-	if err != nil {
-		return false, fmt.Errorf("sqlserver: store %q: %w", t.ID, err)
-	}
-	return n == 1, nil
+	return s.c().Store(ctx, t)
 }
 
 // maxStringLength bounds Destination and Owner: nvarchar(250), in UTF-16 code units.
 const maxStringLength = 250
 
-// validateTimeout adds what the columns require to what every store requires, and returns the
-// due time as the store keeps it.
-func validateTimeout(t persistence.Timeout) (time.Time, error) {
-	if err := t.Validate(); err != nil {
-		return time.Time{}, err
-	}
+// validateTimeout checks what the columns require beyond what every store requires.
+func validateTimeout(t persistence.Timeout) error {
 	for _, f := range []struct{ name, value string }{{"id", t.ID}, {"destination", t.Destination}, {"owner", t.Owner}} {
 		switch {
 		case !utf8.ValidString(f.value):
-			return time.Time{}, fmt.Errorf("%w: %s %q is not valid UTF-8, which nvarchar cannot keep", persistence.ErrInvalidTimeout, f.name, f.value)
+			return fmt.Errorf("%w: %s %q is not valid UTF-8, which nvarchar cannot keep", persistence.ErrInvalidTimeout, f.name, f.value)
 		case utf16Len(f.value) > maxStringLength:
-			return time.Time{}, fmt.Errorf("%w: %s is longer than nvarchar(%d)", persistence.ErrInvalidTimeout, f.name, maxStringLength)
+			return fmt.Errorf("%w: %s is longer than nvarchar(%d)", persistence.ErrInvalidTimeout, f.name, maxStringLength)
 		case f.name != "destination" && strings.HasSuffix(f.value, " "):
 			// SQL Server pads strings with spaces to compare them: "a " would be the id "a".
-			return time.Time{}, fmt.Errorf("%w: %s %q ends with a space, which SQL Server ignores when it compares",
+			return fmt.Errorf("%w: %s %q ends with a space, which SQL Server ignores when it compares",
 				persistence.ErrInvalidTimeout, f.name, f.value)
 		}
 	}
-	due := roundUpMicro(t.Due)
-	if due.Year() < 1 || due.Year() > 9999 {
-		return time.Time{}, fmt.Errorf("%w: due time %s is outside datetime2's years 1 to 9999", persistence.ErrInvalidTimeout, t.Due)
+	if due := sqlstore.RoundUpMicro(t.Due); due.Year() < 1 || due.Year() > 9999 {
+		return fmt.Errorf("%w: due time %s is outside datetime2's years 1 to 9999", persistence.ErrInvalidTimeout, t.Due)
 	}
-	return due, nil
+	return nil
 }
 
 // Next returns when the earliest timeout becomes claimable: its due time, or its lease's end.
-func (s *Store) Next(ctx context.Context) (time.Time, bool, error) {
-	var next utcTime
-	if err := s.db.QueryRowContext(ctx, s.q.next).Scan(&next); err != nil {
-		return time.Time{}, false, fmt.Errorf("sqlserver: next: %w", err)
-	}
-	return next.Time, next.Valid, nil
-}
+func (s *Store) Next(ctx context.Context) (time.Time, bool, error) { return s.c().Next(ctx) }
 
 // ClaimDue claims up to limit timeouts claimable at now in one statement, and returns their ids
 // earliest due first.
 func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
-	if limit <= 0 {
-		return nil, nil
-	}
-	if lease < 0 {
-		return nil, fmt.Errorf("sqlserver: claim: lease cannot be negative (%s)", lease)
-	}
-	// Due times are whole microseconds, so due <= now exactly when due <= now cut to microseconds.
-	now = now.UTC().Truncate(time.Microsecond)
-	until := now.Add(lease).Truncate(time.Microsecond)
-	rows, err := s.db.QueryContext(ctx, s.q.claim,
-		sql.Named("limit", int64(limit)),
-		sql.Named("now", utc(now)),
-		sql.Named("until", utc(until)),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("sqlserver: claim: %w", err)
-	}
-	defer rows.Close()
-	type claim struct {
-		id  string
-		due time.Time
-	}
-	claims := make([]claim, 0, limit)
-	for rows.Next() {
-		var (
-			c   claim
-			due utcTime
-		)
-		if err := rows.Scan(&c.id, &due); err != nil {
-			return nil, fmt.Errorf("sqlserver: claim: %w", err)
-		}
-		c.due = due.Time
-		claims = append(claims, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlserver: claim: %w", err)
-	}
-	// OUTPUT keeps no order: sort as the claim picked them, earliest due first.
-	slices.SortFunc(claims, func(a, b claim) int {
-		return cmp.Or(a.due.Compare(b.due), strings.Compare(a.id, b.id))
-	})
-	ids := make([]string, len(claims))
-	for i, c := range claims {
-		ids[i] = c.id
-	}
-	return ids, nil
+	return s.c().ClaimDue(ctx, now, limit, lease)
 }
 
 // Peek returns the timeout with that id, claimed or not.
 func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error) {
-	if err := ctx.Err(); err != nil {
-		return persistence.Timeout{}, fmt.Errorf("sqlserver: peek %q: %w", id, err)
-	}
-	if !storable(id) {
-		return persistence.Timeout{}, fmt.Errorf("%w: %q", persistence.ErrNotFound, id)
-	}
-	var (
-		t        = persistence.Timeout{ID: id}
-		due      utcTime
-		metadata []byte
-	)
-	err := s.db.QueryRowContext(ctx, s.q.peek, sql.Named("id", id)).
-		Scan(&t.Destination, &due, &t.Owner, &t.Payload, &metadata, &t.FailureCount)
-	if errors.Is(err, sql.ErrNoRows) {
-		return persistence.Timeout{}, fmt.Errorf("%w: %q", persistence.ErrNotFound, id)
-	}
-	if err != nil {
-		return persistence.Timeout{}, fmt.Errorf("sqlserver: peek %q: %w", id, err)
-	}
-	t.Due = due.Time
-	if t.Metadata, err = persistence.DecodeMetadata(metadata); err != nil {
-		return persistence.Timeout{}, fmt.Errorf("sqlserver: peek %q: %w", id, err)
-	}
-	return t, nil
+	return s.c().Peek(ctx, id)
 }
 
 // Remove deletes the timeout with that id once it was forwarded.
-func (s *Store) Remove(ctx context.Context, id string) (bool, error) {
-	return s.execOne(ctx, "remove", s.q.delete, id)
-}
+func (s *Store) Remove(ctx context.Context, id string) (bool, error) { return s.c().Remove(ctx, id) }
 
 // Cancel deletes the timeout with that id so it is never delivered.
-func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
-	return s.execOne(ctx, "cancel", s.q.delete, id)
-}
+func (s *Store) Cancel(ctx context.Context, id string) (bool, error) { return s.c().Cancel(ctx, id) }
 
 // IncrementFailureCount records a failed forwarding attempt.
 func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, error) {
-	return s.execOne(ctx, "increment failure count of", s.q.incrementFailureCount, id)
+	return s.c().IncrementFailureCount(ctx, id)
 }
 
 // CancelByOwner deletes every timeout of owner. An empty owner cancels nothing: it means "no
 // owner", not every timeout without one.
 func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("sqlserver: cancel timeouts of %q: %w", owner, err)
-	}
-	if owner == "" || !storable(owner) {
-		return 0, nil
-	}
-	n, err := s.count(ctx, s.q.cancelByOwner, sql.Named("owner", owner))
-	if err != nil {
-		return 0, fmt.Errorf("sqlserver: cancel timeouts of %q: %w", owner, err)
-	}
-	return int(n), nil
+	return s.c().CancelByOwner(ctx, owner)
 }
 
-// execOne runs a statement on one id and reports whether it found the row.
-func (s *Store) execOne(ctx context.Context, what, query, id string) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("sqlserver: %s %q: %w", what, id, err)
-	}
-	if !storable(id) {
-		return false, nil
-	}
-	n, err := s.count(ctx, query, sql.Named("id", id))
-	if err != nil {
-		return false, fmt.Errorf("sqlserver: %s %q: %w", what, id, err)
-	}
-	return n > 0, nil
-}
+// Close closes the pool Open opened; a *sql.DB given to New stays open.
+func (s *Store) Close() error { return s.c().Close() }
 
 // storable reports whether s could be a stored id or owner (see validateTimeout). One that could
 // not is looked up in no query, where it could find another timeout: the driver would send
 // invalid UTF-8 as U+FFFD, and SQL Server compares "a " as "a".
 func storable(s string) bool {
 	return utf8.ValidString(s) && !strings.HasSuffix(s, " ")
-}
-
-// count runs a statement that ends in SELECT @@ROWCOUNT and returns the count.
-func (s *Store) count(ctx context.Context, query string, args ...any) (int64, error) {
-	var n int64
-	err := s.db.QueryRowContext(ctx, query, args...).Scan(&n)
-	return n, err
-}
-
-// Close closes the pool Open opened; a *sql.DB given to New stays open.
-func (s *Store) Close() error {
-	var err error
-	s.closeOnce.Do(func() {
-		if s.ownsDB {
-			err = s.db.Close()
-		}
-	})
-	return err
 }
 
 // isServerError reports whether err is a SQL Server error with one of the numbers.
@@ -335,4 +240,41 @@ func isServerError(err error, numbers ...int32) bool {
 		return true
 	}
 	return slices.ContainsFunc(se.All, func(e mssql.Error) bool { return slices.Contains(numbers, e.Number) })
+}
+
+// Stats counts the stored timeouts, claimed or not, and their earliest and latest due times. It
+// reads the whole table: it is for operators, not for a poll loop.
+func (s *Store) Stats(ctx context.Context) (persistence.Stats, error) { return s.c().Stats(ctx) }
+
+// List returns timeouts earliest due first, without their payloads. An owner no timeout could
+// have is looked up in no query.
+func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
+	return s.c().List(ctx, opts)
+}
+
+// StoreMany keeps the timeouts whose ids are not stored yet and returns those ids: one statement
+// per 250 timeouts, in one transaction and one commit when there are more. It stores none when
+// any of them is invalid. A statement that meets the primary key (another caller stored one of
+// its ids since NOT EXISTS looked) is undone alone and run again, and finds that id stored.
+func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
+	return s.c().StoreMany(ctx, ts)
+}
+
+// PeekMany returns the stored timeouts among ids, claimed or not, one statement per 500 distinct
+// ids; ids not stored are left out. It fails with persistence.ErrCorruptMetadata when any of them cannot
+// be read.
+func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
+	return s.c().PeekMany(ctx, ids)
+}
+
+// RemoveMany deletes the timeouts with those ids and returns the ids it deleted: one statement per
+// 500 ids, in one transaction and one commit when there are more.
+func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
+	return s.c().RemoveMany(ctx, ids)
+}
+
+// Release makes the timeouts with these ids claimable again from their due time, one statement
+// per 500 ids, and returns how many it found.
+func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
+	return s.c().Release(ctx, ids)
 }

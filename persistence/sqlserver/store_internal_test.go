@@ -27,7 +27,7 @@ func fakeAnswer(q queries, due time.Time) func(c call) answer {
 		switch c.query {
 		case q.installed:
 			return rowsOf([]driver.Value{int64(3)})
-		case q.store, q.delete, q.incrementFailureCount, q.cancelByOwner:
+		case q.store, q.delete, q.incrementFailureCount, q.cancelByOwner, q.releaseMany(2):
 			return rowsOf([]driver.Value{int64(1)})
 		case q.next:
 			return rowsOf([]driver.Value{due})
@@ -82,6 +82,8 @@ func exercise(t *testing.T, store *Store, due time.Time) {
 	_, err = store.PeekMany(ctx, []string{"a", "b"})
 	require.NoError(t, err)
 	_, err = store.RemoveMany(ctx, []string{"a", "b"})
+	require.NoError(t, err)
+	_, err = store.Release(ctx, []string{"a", "b"})
 	require.NoError(t, err)
 	require.NoError(t, store.SetupInfrastructure(ctx))
 }

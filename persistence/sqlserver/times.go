@@ -21,29 +21,10 @@ func utc(t time.Time) time.Time {
 	return t
 }
 
-// roundUpMicro rounds t up to whole microseconds, in UTC, so a timeout is never claimed early.
-func roundUpMicro(t time.Time) time.Time {
-	t = t.UTC()
-	if t.Nanosecond()%1000 != 0 {
-		t = t.Truncate(time.Microsecond).Add(time.Microsecond)
+// readTime reads a time the store reads back (see toUTC), in UTC.
+func readTime(v any) (time.Time, error) {
+	if t, ok := v.(time.Time); ok {
+		return t.UTC(), nil
 	}
-	return t
-}
-
-// utcTime scans a time the store reads back (see toUTC), or NULL, in UTC.
-type utcTime struct {
-	Time  time.Time
-	Valid bool
-}
-
-func (u *utcTime) Scan(v any) error {
-	switch v := v.(type) {
-	case nil:
-		*u = utcTime{}
-		return nil
-	case time.Time:
-		*u = utcTime{Valid: true, Time: v.UTC()}
-		return nil
-	}
-	return fmt.Errorf("sqlserver: cannot read %T as a time", v)
+	return time.Time{}, fmt.Errorf("sqlserver: cannot read %T as a time", v)
 }

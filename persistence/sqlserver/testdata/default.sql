@@ -114,3 +114,7 @@ DELETE FROM [dbo].[orders.timeouts]
 OUTPUT deleted.Id
 WHERE Id IN (@id0, @id1);
 
+-- name: releaseMany(2)
+UPDATE [dbo].[orders.timeouts] SET AvailableAt = Time WHERE Id IN (@id0, @id1);
+SELECT @@ROWCOUNT;
+

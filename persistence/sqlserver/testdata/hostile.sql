@@ -114,3 +114,7 @@ DELETE FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x;
 OUTPUT deleted.Id
 WHERE Id IN (@id0, @id1);
 
+-- name: releaseMany(2)
+UPDATE [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] SET AvailableAt = Time WHERE Id IN (@id0, @id1);
+SELECT @@ROWCOUNT;
+

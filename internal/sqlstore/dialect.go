@@ -1,0 +1,142 @@
+// Package sqlstore is the one implementation of persistence.Store, Inspector, Handover and the
+// batch calls that the SQL backends share. A backend describes its database in a Dialect (its
+// SQL, how it binds and reads values, what it runs differently) and wraps the Store this package
+// makes in its own exported type.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/timeoutmill/timeoutmill/persistence"
+)
+
+// Querier runs statements: a *sql.DB, a *sql.Tx, or a backend's wrapper of one.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// Queries is a backend's SQL. Each statement takes its parameters in the order its comment
+// gives; a dialect that numbers them (Dialect.Numbered) gets a name given twice once, at its
+// first place, and one that binds by name (Dialect.Named) gets them under those names.
+type Queries struct {
+	// Store inserts a timeout: id, destination, due, due (as available_at), owner, state
+	// (payload), headers (metadata), failureCount.
+	Store string
+	// Next selects the earliest available_at, or NULL.
+	Next string
+	// Claim moves up to limit claimable rows to until and returns their id and due: until,
+	// now, limit.
+	Claim string
+	// Peek selects destination, due, owner, payload, metadata, failure_count: id.
+	Peek string
+	// Delete and IncrementFailureCount change one row: id.
+	Delete, IncrementFailureCount string
+	// CancelByOwner deletes the rows of a non-empty owner: owner.
+	CancelByOwner string
+	// Stats selects the count, the earliest and the latest due time.
+	Stats string
+	// List and ListByOwner select id, destination, due, owner, metadata, failure_count earliest
+	// due first: (owner,) limit.
+	List, ListByOwner string
+	// Survey selects per destination its count, latest due and hidden count: hiddenFrom, from.
+	Survey string
+	// Hide moves rows to mark and returns them whole: mark, from, from, now, hiddenFrom, mark,
+	// limit.
+	Hide string
+	// PeekIn (the columns of Peek after id), RemoveIn (returning the ids deleted) and ReleaseIn
+	// (available_at back to due) are made for n ids, bound by Dialect.IDArgs.
+	PeekIn, RemoveIn, ReleaseIn func(n int) string
+}
+
+// Parameter names of the statements, for dialects that bind by name.
+var (
+	storeParams  = []string{"id", "destination", "due", "due", "owner", "state", "headers", "failureCount"}
+	claimParams  = []string{"until", "now", "limit"}
+	idParams     = []string{"id"}
+	ownerParams  = []string{"owner"}
+	limitParams  = []string{"limit"}
+	ownerLimit   = []string{"owner", "limit"}
+	surveyParams = []string{"hiddenFrom", "from"}
+	hideParams   = []string{"mark", "from", "from", "now", "hiddenFrom", "mark", "limit"}
+)
+
+// Dialect is what a backend tells the core about its database and its store. Only Name, DB,
+// Queries, Time and ReadTime are required.
+type Dialect struct {
+	// Name starts every error the store returns ("postgres").
+	Name string
+	// DB is the pool transactions begin on.
+	DB *sql.DB
+	// Reader runs the statements that only read, Writer those that change one thing; both
+	// default to DB.
+	Reader, Writer Querier
+	// Write, when set, runs every change instead of Writer and DB (SQLite's single writer); tx
+	// asks that run's statements commit together.
+	Write func(ctx context.Context, tx bool, run func(ctx context.Context, q Querier) error) error
+	// TxOptions are those of the transactions begun on DB.
+	TxOptions *sql.TxOptions
+	// Close releases what the backend opened; Store.Close calls it once.
+	Close func() error
+
+	Queries Queries
+
+	// Numbered binds parameters by number ($1), so that a statement may use one twice; Named
+	// binds them by name (SQL Server's @id).
+	Numbered, Named bool
+	// Text binds a string column's value (id, destination, owner); nil binds the string.
+	Text func(string) any
+	// Time binds a time in UTC that is whole microseconds.
+	Time func(time.Time) any
+	// ReadTime reads a time column's value that is not NULL.
+	ReadTime func(src any) (time.Time, error)
+	// IDArgs binds the ids of PeekIn, RemoveIn and ReleaseIn; nil binds each as Text does.
+	IDArgs func(ids []string) []any
+	// MaxIn bounds the ids of one statement of PeekIn, RemoveIn and ReleaseIn; 0 for no bound.
+	MaxIn int
+	// RowCount says the changing statements return their count as a row (SELECT @@ROWCOUNT)
+	// rather than as rows affected.
+	RowCount bool
+
+	// Validate checks what the columns require of a timeout beyond Timeout.Validate.
+	Validate func(persistence.Timeout) error
+	// Storable, when set, says whether a key (id, owner) could be stored: one that could not is
+	// looked up in no statement, where the database might take it for another.
+	Storable func(string) bool
+	// IsDuplicate says Store met the primary key: the timeout is stored already.
+	IsDuplicate func(error) bool
+	// Retry says a batch transaction that failed with err may run again.
+	Retry func(err error) bool
+
+	// BatchTx runs every batch call in one transaction, even of one statement.
+	BatchTx bool
+	// StoreRows inserts rows (sorted by id, no id twice) that are not stored yet and returns
+	// their ids; MaxStoreRows bounds the rows of one call, 0 for no bound. Required for
+	// StoreMany.
+	StoreRows    func(ctx context.Context, q Querier, rows []Row) ([]string, error)
+	MaxStoreRows int
+	// RemoveIDs, when set, replaces RemoveIn: it deletes the rows of ids (sorted) and returns
+	// the ids it deleted.
+	RemoveIDs func(ctx context.Context, q Querier, ids []string) ([]string, error)
+	// Claim and Hide, when set, replace the statements of the same names; they need not sort
+	// what they return.
+	Claim func(ctx context.Context, now, until time.Time, limit int) ([]Claimed, error)
+	Hide  func(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error)
+}
+
+// Row is a timeout of a StoreMany with its columns as they are stored.
+type Row struct {
+	T persistence.Timeout
+	// Due is T.Due rounded up to the microsecond, in UTC.
+	Due time.Time
+	// Payload is T.Payload, empty rather than nil; Metadata is T.Metadata encoded.
+	Payload, Metadata []byte
+}
+
+// Claimed is a claimed timeout's id and due time.
+type Claimed struct {
+	ID  string
+	Due time.Time
+}
