@@ -17,8 +17,8 @@ const batchAttempts = 5
 // when any of them is invalid. Rows go in id order, so that batches holding the same ids in other
 // orders wait for each other instead of deadlocking.
 func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
-	if s.notOpened != nil {
-		return nil, s.notOpened
+	if err := Opened(s); err != nil {
+		return nil, err
 	}
 	if len(ts) == 0 {
 		return nil, nil
@@ -66,8 +66,8 @@ func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]stri
 // ids not stored are left out. It fails with persistence.ErrCorruptMetadata when any of them
 // cannot be read.
 func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
-	if s.notOpened != nil {
-		return nil, s.notOpened
+	if err := Opened(s); err != nil {
+		return nil, err
 	}
 	if s.d.Storable != nil {
 		if err := ctx.Err(); err != nil {
@@ -95,7 +95,7 @@ func (s *Store) peekIn(ctx context.Context, ids []string, out []persistence.Time
 	}
 	defer rows.Close()
 	for rows.Next() {
-		t, err := s.ScanTimeout(rows)
+		t, err := ScanTimeout(s, rows)
 		if err != nil {
 			return nil, fmt.Errorf("%s: peek %d timeouts: %w", s.d.Name, len(ids), err)
 		}
@@ -110,8 +110,8 @@ func (s *Store) peekIn(ctx context.Context, ids []string, out []persistence.Time
 // RemoveMany deletes the timeouts with those ids and returns the ids it deleted: one statement
 // per MaxIn ids, in one transaction and one commit when there are more.
 func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
-	if s.notOpened != nil {
-		return nil, s.notOpened
+	if err := Opened(s); err != nil {
+		return nil, err
 	}
 	all := len(ids)
 	if s.d.Storable != nil {
@@ -182,7 +182,7 @@ func (s *Store) maxIn(n int) int {
 }
 
 // ScanTimeout reads id, destination, due, owner, payload, metadata, failure_count.
-func (s *Store) ScanTimeout(rows interface{ Scan(...any) error }) (persistence.Timeout, error) {
+func ScanTimeout(s *Store, rows interface{ Scan(...any) error }) (persistence.Timeout, error) {
 	r := s.newRow()
 	if err := rows.Scan(&r.t.ID, &r.t.Destination, &r.due, &r.t.Owner, &r.t.Payload, &r.metadata, &r.t.FailureCount); err != nil {
 		return persistence.Timeout{}, err

@@ -13,8 +13,8 @@ import (
 
 // Survey describes the timeouts due at or after from.
 func (s *Store) Survey(ctx context.Context, from time.Time) (persistence.Survey, error) {
-	if s.notOpened != nil {
-		return persistence.Survey{}, s.notOpened
+	if err := Opened(s); err != nil {
+		return persistence.Survey{}, err
 	}
 	d := &s.d
 	rows, err := d.Reader.QueryContext(ctx, d.Queries.Survey,
@@ -49,8 +49,8 @@ func (s *Store) Survey(ctx context.Context, from time.Time) (persistence.Survey,
 // Hide claims until mark up to limit timeouts due at or after from that no poller holds at now,
 // and returns them earliest due first.
 func (s *Store) Hide(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error) {
-	if s.notOpened != nil {
-		return nil, s.notOpened
+	if err := Opened(s); err != nil {
+		return nil, err
 	}
 	if limit <= 0 {
 		return nil, nil
@@ -87,7 +87,7 @@ func (s *Store) hide(ctx context.Context, q Querier, now, from time.Time, limit 
 	defer rows.Close()
 	hidden := make([]persistence.Timeout, 0, min(limit, 1000))
 	for rows.Next() {
-		t, err := s.ScanTimeout(rows)
+		t, err := ScanTimeout(s, rows)
 		if err != nil {
 			return nil, err
 		}
@@ -102,8 +102,8 @@ func (s *Store) hide(ctx context.Context, q Querier, now, from time.Time, limit 
 // Release makes the timeouts with these ids claimable again from their due time, one statement
 // per MaxIn ids, and returns how many it found.
 func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
-	if s.notOpened != nil {
-		return 0, s.notOpened
+	if err := Opened(s); err != nil {
+		return 0, err
 	}
 	if s.d.Storable != nil {
 		if err := ctx.Err(); err != nil {

@@ -11,8 +11,8 @@ import (
 // Stats counts the stored timeouts, claimed or not, and their earliest and latest due times. It
 // reads the whole table: it is for operators, not for a poll loop.
 func (s *Store) Stats(ctx context.Context) (persistence.Stats, error) {
-	if s.notOpened != nil {
-		return persistence.Stats{}, s.notOpened
+	if err := Opened(s); err != nil {
+		return persistence.Stats{}, err
 	}
 	var (
 		st               persistence.Stats
@@ -27,8 +27,8 @@ func (s *Store) Stats(ctx context.Context) (persistence.Stats, error) {
 
 // List returns timeouts earliest due first, without their payloads.
 func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
-	if s.notOpened != nil {
-		return nil, s.notOpened
+	if err := Opened(s); err != nil {
+		return nil, err
 	}
 	limit := opts.Limit
 	if limit <= 0 {

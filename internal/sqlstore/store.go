@@ -57,16 +57,31 @@ func NotOpened(name string) *Store {
 	return &Store{notOpened: fmt.Errorf("%s: the store was not opened with Open or New", name)}
 }
 
-// Opened returns nil, or the error of a store that was not opened.
-func (s *Store) Opened() error { return s.notOpened }
+// Opened returns nil, or the error of a store that was not opened: a nil one (the core of a
+// backend's zero-value Store) or one NotOpened made. It and DB are functions, not methods, so
+// that a backend embedding the core shows only the persistence calls.
+func Opened(s *Store) error {
+	if s == nil {
+		return errNotOpened
+	}
+	return s.notOpened
+}
+
+// errNotOpened is the error of every call on a backend's zero-value Store.
+var errNotOpened = errors.New("timeoutmill: the store was not opened with its package's Open or New")
 
 // DB returns the pool of the store, nil when it was not opened.
-func (s *Store) DB() *sql.DB { return s.d.DB }
+func DB(s *Store) *sql.DB {
+	if s == nil {
+		return nil
+	}
+	return s.d.DB
+}
 
 // Store keeps t unless a timeout with its id is stored already.
 func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) {
-	if s.notOpened != nil {
-		return false, s.notOpened
+	if err := Opened(s); err != nil {
+		return false, err
 	}
 	if err := s.validate(t); err != nil {
 		return false, err
@@ -101,8 +116,8 @@ func (s *Store) validate(t persistence.Timeout) error {
 
 // Next returns when the earliest timeout becomes claimable: its due time, or its lease's end.
 func (s *Store) Next(ctx context.Context) (time.Time, bool, error) {
-	if s.notOpened != nil {
-		return time.Time{}, false, s.notOpened
+	if err := Opened(s); err != nil {
+		return time.Time{}, false, err
 	}
 	next := s.timeValue()
 	if err := queryRow(ctx, s.d.Reader, s.d.Queries.Next, nil, next); err != nil {
@@ -114,8 +129,8 @@ func (s *Store) Next(ctx context.Context) (time.Time, bool, error) {
 // ClaimDue claims up to limit timeouts claimable at now, and returns their ids earliest due
 // first.
 func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
-	if s.notOpened != nil {
-		return nil, s.notOpened
+	if err := Opened(s); err != nil {
+		return nil, err
 	}
 	if limit <= 0 {
 		return nil, nil
@@ -177,8 +192,8 @@ func (s *Store) claim(ctx context.Context, q Querier, now, until time.Time, limi
 
 // Peek returns the timeout with that id, claimed or not.
 func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error) {
-	if s.notOpened != nil {
-		return persistence.Timeout{}, s.notOpened
+	if err := Opened(s); err != nil {
+		return persistence.Timeout{}, err
 	}
 	if s.d.Storable != nil {
 		if err := ctx.Err(); err != nil {
@@ -206,24 +221,33 @@ func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error
 
 // Remove deletes the timeout with that id once it was forwarded.
 func (s *Store) Remove(ctx context.Context, id string) (bool, error) {
+	if err := Opened(s); err != nil {
+		return false, err
+	}
 	return s.execOne(ctx, "remove", s.d.Queries.Delete, id)
 }
 
 // Cancel deletes the timeout with that id so it is never delivered.
 func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
+	if err := Opened(s); err != nil {
+		return false, err
+	}
 	return s.execOne(ctx, "cancel", s.d.Queries.Delete, id)
 }
 
 // IncrementFailureCount records a failed forwarding attempt.
 func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, error) {
+	if err := Opened(s); err != nil {
+		return false, err
+	}
 	return s.execOne(ctx, "increment failure count of", s.d.Queries.IncrementFailureCount, id)
 }
 
 // CancelByOwner deletes every timeout of owner. An empty owner cancels nothing: it means "no
 // owner", not every timeout without one.
 func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
-	if s.notOpened != nil {
-		return 0, s.notOpened
+	if err := Opened(s); err != nil {
+		return 0, err
 	}
 	if s.d.Storable != nil {
 		if err := ctx.Err(); err != nil {
@@ -242,8 +266,8 @@ func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
 
 // execOne runs a statement on one id and reports whether it found the row.
 func (s *Store) execOne(ctx context.Context, what, query, id string) (bool, error) {
-	if s.notOpened != nil {
-		return false, s.notOpened
+	if err := Opened(s); err != nil {
+		return false, err
 	}
 	if s.d.Storable != nil {
 		if err := ctx.Err(); err != nil {
@@ -262,8 +286,8 @@ func (s *Store) execOne(ctx context.Context, what, query, id string) (bool, erro
 
 // Close releases what the backend opened, once.
 func (s *Store) Close() error {
-	if s.notOpened != nil {
-		return s.notOpened
+	if err := Opened(s); err != nil {
+		return err
 	}
 	var err error
 	s.closeOnce.Do(func() {

@@ -41,6 +41,11 @@
 // headers are kept byte for byte (headers in persistence.EncodeMetadata's format). A payload
 // must fit in the server's max_allowed_packet (16 MiB by default on MariaDB).
 //
+// A claim or Hide that InnoDB chose as a deadlock victim is run again. MySQL has no DELETE ...
+// RETURNING, so RemoveMany first locks the rows it finds, in id order as every batch call takes
+// them, and deletes exactly those. The owner index holds the first 255 bytes of owners; an empty
+// owner cancels nothing: it means "no owner".
+//
 // Use New to run the store on a *sql.DB of your own opened with the "mysql" driver; any DSN
 // options work.
 package mysql

@@ -39,7 +39,7 @@ func (s *Store) hide(ctx context.Context, now, from time.Time, limit int, mark t
 	defer rows.Close()
 	args := []any{markText}
 	for rows.Next() {
-		t, err := s.core.ScanTimeout(rows)
+		t, err := sqlstore.ScanTimeout(s.core, rows)
 		if err != nil {
 			return nil, err
 		}

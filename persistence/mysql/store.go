@@ -16,11 +16,15 @@ import (
 // Store keeps timeouts in one MariaDB/MySQL table. It is safe for concurrent use by many
 // goroutines and many processes.
 type Store struct {
-	core  *sqlstore.Store
+	*core // the shared SQL core: Store, ClaimDue, the batch, inspection and handover calls
 	db    *sql.DB
 	stmts *statements
 	q     queries
 }
+
+// core is the shared SQL core, embedded under a name of its own so that no exported field shows
+// and its Store method is not hidden by a field of that name.
+type core = sqlstore.Store
 
 var (
 	_ persistence.Store     = (*Store)(nil)
@@ -140,7 +144,7 @@ func (s *Store) c() *sqlstore.Store {
 // SetupInfrastructure creates the table and its indexes when the table is missing. When it
 // exists it changes nothing and needs no right to create it.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
-	if err := s.c().Opened(); err != nil {
+	if err := sqlstore.Opened(s.c()); err != nil {
 		return err
 	}
 	_, err := s.db.ExecContext(ctx, s.q.tableExists)
@@ -156,12 +160,6 @@ func (s *Store) SetupInfrastructure(ctx context.Context) error {
 		return fmt.Errorf("mysql: set up %s: %w", s.q.table, err)
 	}
 	return nil
-}
-
-// Store keeps t unless a timeout with its id is stored already. It is a plain INSERT whose
-// duplicate-key error means "stored already".
-func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) {
-	return s.c().Store(ctx, t)
 }
 
 // Limits of the columns, checked before a server in a lax sql_mode cuts a value silently.
@@ -185,15 +183,6 @@ func validateTimeout(t persistence.Timeout) error {
 		return fmt.Errorf("%w: metadata takes %d bytes, more than %d", persistence.ErrInvalidTimeout, n, maxMediumBlob)
 	}
 	return nil
-}
-
-// Next returns when the earliest timeout becomes claimable: its due time, or its lease's end.
-func (s *Store) Next(ctx context.Context) (time.Time, bool, error) { return s.c().Next(ctx) }
-
-// ClaimDue claims up to limit timeouts claimable at now, and returns their ids earliest due
-// first. A claim InnoDB chose as a deadlock victim is run again.
-func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
-	return s.c().ClaimDue(ctx, now, limit, lease)
 }
 
 // claimDue claims, up to claimAttempts times while InnoDB chooses the claim as a deadlock
@@ -259,81 +248,7 @@ func (s *Store) claim(ctx context.Context, now, until string, limit int) (claims
 	return claims, tx.Commit()
 }
 
-// Peek returns the timeout with that id, claimed or not.
-func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error) {
-	return s.c().Peek(ctx, id)
-}
-
-// Remove deletes the timeout with that id once it was forwarded.
-func (s *Store) Remove(ctx context.Context, id string) (bool, error) { return s.c().Remove(ctx, id) }
-
-// Cancel deletes the timeout with that id so it is never delivered.
-func (s *Store) Cancel(ctx context.Context, id string) (bool, error) { return s.c().Cancel(ctx, id) }
-
-// IncrementFailureCount records a failed forwarding attempt.
-func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, error) {
-	return s.c().IncrementFailureCount(ctx, id)
-}
-
-// CancelByOwner deletes every timeout of owner. An empty owner cancels nothing: it means "no
-// owner", not every timeout without one. The owner index holds the first 255 bytes of owners.
-func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
-	return s.c().CancelByOwner(ctx, owner)
-}
-
-// Close closes the statements the store prepared, and the pool Open opened; a *sql.DB given to
-// New stays open.
-func (s *Store) Close() error { return s.c().Close() }
-
 func isServerError(err error, number uint16) bool {
 	var me *gomysql.MySQLError
 	return errors.As(err, &me) && me.Number == number
-}
-
-// Stats counts the stored timeouts, claimed or not, and their earliest and latest due times. It
-// reads the whole table: it is for operators, not for a poll loop.
-func (s *Store) Stats(ctx context.Context) (persistence.Stats, error) { return s.c().Stats(ctx) }
-
-// List returns timeouts earliest due first, without their payloads.
-func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
-	return s.c().List(ctx, opts)
-}
-
-// StoreMany keeps the timeouts whose ids are not stored yet, in one transaction and one commit,
-// and returns those ids. It stores none when any of them is invalid. It looks up which ids are
-// stored, then inserts the others in id order, so that overlapping batches wait for each other
-// rather than deadlock; when a concurrent caller inserted one of them meanwhile, it looks again.
-func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
-	return s.c().StoreMany(ctx, ts)
-}
-
-// PeekMany returns the stored timeouts among ids, claimed or not, one statement per maxIn ids;
-// ids not stored are left out. It fails with persistence.ErrCorruptMetadata when any of them
-// cannot be read.
-func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
-	return s.c().PeekMany(ctx, ids)
-}
-
-// RemoveMany deletes the timeouts with those ids in one transaction and one commit, and returns
-// the ids it deleted. MySQL has no DELETE ... RETURNING, so it first locks the rows it finds (in
-// id order, as a claim or another RemoveMany would not deadlock with it) and deletes exactly those.
-func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
-	return s.c().RemoveMany(ctx, ids)
-}
-
-// Survey describes the timeouts due at or after from.
-func (s *Store) Survey(ctx context.Context, from time.Time) (persistence.Survey, error) {
-	return s.c().Survey(ctx, from)
-}
-
-// Hide claims until mark up to limit timeouts due at or after from that no poller holds at now.
-// A Hide InnoDB chose as a deadlock victim is run again.
-func (s *Store) Hide(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error) {
-	return s.c().Hide(ctx, now, from, limit, mark)
-}
-
-// Release makes the timeouts with these ids claimable again from their due time, one statement
-// per maxIn ids.
-func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
-	return s.c().Release(ctx, ids)
 }

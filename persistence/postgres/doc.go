@@ -34,6 +34,10 @@
 // format). Ids, destinations and owners are text: they must be valid UTF-8 without NUL bytes, or
 // Store returns persistence.ErrInvalidTimeout.
 //
+// The owner index (CancelByOwner) is a partial hash index; an empty owner cancels nothing: it
+// means "no owner". Stats and Survey read the whole table: they are for operators, not for a
+// poll loop.
+//
 // Use New to run the store on a *sql.DB of your own (opened with the "pgx" driver, or with
 // stdlib.OpenDBFromPool on a pgxpool.Pool). pgx prepares and caches statements per connection;
 // behind PgBouncer in transaction mode, add default_query_exec_mode=simple_protocol to the DSN.

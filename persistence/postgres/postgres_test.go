@@ -261,7 +261,7 @@ func TestClaimLeavesSessionSettings(t *testing.T) {
 // TestUnopened: every call on a Store that Open or New did not make fails, saying so.
 func TestUnopened(t *testing.T) {
 	t.Parallel()
-	sqlstoretest.Unopened(t, "postgres", &postgres.Store{}, (*postgres.Store)(nil))
+	sqlstoretest.Unopened(t, "postgres", &postgres.Store{}) // a nil *Store is refused by timeouts.NewManager
 }
 
 // TestUnopenedTx: the calls of the exactly-once forwarder fail alike, and DB has no pool to give.

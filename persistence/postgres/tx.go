@@ -5,13 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-)
 
-// DB returns the pool the store runs on: the one Open opened, or the caller's given to New.
-// Something that must share a transaction with the store (an exactly-once forwarder) opens it on
-// this pool, or checks that its own pool reaches the same database.
-// It is nil for a store that Open or New did not make.
-func (s *Store) DB() *sql.DB { return s.c().DB() }
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
+)
 
 // RemoveTx deletes the timeout with that id inside tx, a transaction on the store's database that
 // the caller commits or rolls back; it is Remove for a caller that forwards the message in the
@@ -19,7 +15,7 @@ func (s *Store) DB() *sql.DB { return s.c().DB() }
 // false when there was nothing to remove: the timeout is gone already, and the caller must not
 // forward it. The store's table is named with its schema, so tx may use any search_path.
 func (s *Store) RemoveTx(ctx context.Context, tx *sql.Tx, id string) (bool, error) {
-	if err := s.c().Opened(); err != nil {
+	if err := sqlstore.Opened(s.c()); err != nil {
 		return false, err
 	}
 	if tx == nil {

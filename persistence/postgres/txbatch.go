@@ -26,7 +26,7 @@ type Querier interface {
 // store's pool (DB) for a transaction of its own, or a transaction of the caller's. The store's
 // table is named with its schema, so q may use any search_path.
 func (s *Store) RemoveManyWith(ctx context.Context, q Querier, ids []string, with []string, args ...any) ([]string, error) {
-	if err := s.c().Opened(); err != nil {
+	if err := sqlstore.Opened(s.c()); err != nil {
 		return nil, err
 	}
 	if q == nil {

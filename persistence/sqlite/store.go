@@ -20,7 +20,7 @@ import (
 // Store keeps timeouts in one SQLite table. It is safe for concurrent use, and several processes
 // may share the file: every claim is one atomic statement.
 type Store struct {
-	core *sqlstore.Store
+	*core // the shared SQL core: Store, ClaimDue, the batch, inspection and handover calls
 	// writer makes every change to the table, from one goroutine that commits changes made at
 	// the same time together. Open gives its pool one connection, so that no two goroutines of
 	// this process ever wait for each other in SQLite's busy handler.
@@ -31,6 +31,10 @@ type Store struct {
 	pools []*sql.DB
 	q     queries
 }
+
+// core is the shared SQL core, embedded under a name of its own so that no exported field shows
+// and its Store method is not hidden by a field of that name.
+type core = sqlstore.Store
 
 var (
 	_ persistence.Store     = (*Store)(nil)
@@ -168,7 +172,7 @@ func dsn(config Config, readOnly bool) string {
 
 // SetupInfrastructure creates the table and its indexes when they are missing.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
-	if err := s.c().Opened(); err != nil {
+	if err := sqlstore.Opened(s.c()); err != nil {
 		return err
 	}
 	err := s.writer.do(ctx, func(ctx context.Context, db execer) error {
@@ -183,89 +187,4 @@ func (s *Store) SetupInfrastructure(ctx context.Context) error {
 		return fmt.Errorf("sqlite: set up table: %w", err)
 	}
 	return nil
-}
-
-// Store keeps t unless a timeout with its id is stored already.
-func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) {
-	return s.c().Store(ctx, t)
-}
-
-// Next returns when the earliest timeout becomes claimable: its due time, or its lease's end.
-// It reads on the reader pool.
-func (s *Store) Next(ctx context.Context) (time.Time, bool, error) { return s.c().Next(ctx) }
-
-// ClaimDue claims up to limit timeouts claimable at now in one statement, and returns their ids
-// earliest due first.
-func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
-	return s.c().ClaimDue(ctx, now, limit, lease)
-}
-
-// Peek returns the timeout with that id, claimed or not. It reads on the reader pool.
-func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error) {
-	return s.c().Peek(ctx, id)
-}
-
-// Remove deletes the timeout with that id once it was forwarded.
-func (s *Store) Remove(ctx context.Context, id string) (bool, error) { return s.c().Remove(ctx, id) }
-
-// Cancel deletes the timeout with that id so it is never delivered.
-func (s *Store) Cancel(ctx context.Context, id string) (bool, error) { return s.c().Cancel(ctx, id) }
-
-// IncrementFailureCount records a failed forwarding attempt.
-func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, error) {
-	return s.c().IncrementFailureCount(ctx, id)
-}
-
-// CancelByOwner deletes every timeout of owner. An empty owner cancels nothing: it means "no
-// owner", not every timeout without one.
-func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
-	return s.c().CancelByOwner(ctx, owner)
-}
-
-// Close waits for the changes being committed, then closes the database when Open opened it; a
-// *sql.DB given to New stays open. Later calls return ErrClosed (reads may return sql.ErrConnDone).
-func (s *Store) Close() error { return s.c().Close() }
-
-// Stats counts the stored timeouts, claimed or not, and their earliest and latest due times, on
-// the reader pool.
-func (s *Store) Stats(ctx context.Context) (persistence.Stats, error) { return s.c().Stats(ctx) }
-
-// List returns timeouts earliest due first, without their payloads, on the reader pool.
-func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
-	return s.c().List(ctx, opts)
-}
-
-// PeekMany returns the stored timeouts among ids, one statement per maxIn ids on the reader pool;
-// ids not stored are left out.
-func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
-	return s.c().PeekMany(ctx, ids)
-}
-
-// StoreMany keeps the timeouts whose ids are not stored yet, in one change of the writer, and
-// returns those ids. It stores none when any of them is invalid.
-func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
-	return s.c().StoreMany(ctx, ts)
-}
-
-// RemoveMany deletes the timeouts with those ids in one change of the writer, committed with
-// whatever else is being written, and returns the ids it deleted.
-func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
-	return s.c().RemoveMany(ctx, ids)
-}
-
-// Survey describes the timeouts due at or after from. It reads on the reader pool.
-func (s *Store) Survey(ctx context.Context, from time.Time) (persistence.Survey, error) {
-	return s.c().Survey(ctx, from)
-}
-
-// Hide claims until mark up to limit timeouts due at or after from that no poller holds at now,
-// in one change of the writer.
-func (s *Store) Hide(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error) {
-	return s.c().Hide(ctx, now, from, limit, mark)
-}
-
-// Release makes the timeouts with these ids claimable again from their due time: one change of
-// the writer per maxIn ids.
-func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
-	return s.c().Release(ctx, ids)
 }

@@ -19,10 +19,14 @@ import (
 // Store keeps timeouts in one SQL Server table. It is safe for concurrent use by many goroutines
 // and many processes.
 type Store struct {
-	core *sqlstore.Store
-	db   *sql.DB
-	q    queries
+	*core // the shared SQL core: Store, ClaimDue, the batch, inspection and handover calls
+	db    *sql.DB
+	q     queries
 }
+
+// core is the shared SQL core, embedded under a name of its own so that no exported field shows
+// and its Store method is not hidden by a field of that name.
+type core = sqlstore.Store
 
 var (
 	_ persistence.Store     = (*Store)(nil)
@@ -127,7 +131,7 @@ func (s *Store) c() *sqlstore.Store {
 // script SetupScript returns). When all exist it changes nothing and needs no right to create
 // them.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
-	if err := s.c().Opened(); err != nil {
+	if err := sqlstore.Opened(s.c()); err != nil {
 		return err
 	}
 	var indexes int
@@ -161,11 +165,6 @@ func (s *Store) install(ctx context.Context) (err error) {
 	return tx.Commit()
 }
 
-// Store keeps t unless a timeout with its id is stored already.
-func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) {
-	return s.c().Store(ctx, t)
-}
-
 // maxStringLength bounds Destination and Owner: nvarchar(250), in UTF-16 code units.
 const maxStringLength = 250
 
@@ -189,40 +188,6 @@ func validateTimeout(t persistence.Timeout) error {
 	return nil
 }
 
-// Next returns when the earliest timeout becomes claimable: its due time, or its lease's end.
-func (s *Store) Next(ctx context.Context) (time.Time, bool, error) { return s.c().Next(ctx) }
-
-// ClaimDue claims up to limit timeouts claimable at now in one statement, and returns their ids
-// earliest due first.
-func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
-	return s.c().ClaimDue(ctx, now, limit, lease)
-}
-
-// Peek returns the timeout with that id, claimed or not.
-func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error) {
-	return s.c().Peek(ctx, id)
-}
-
-// Remove deletes the timeout with that id once it was forwarded.
-func (s *Store) Remove(ctx context.Context, id string) (bool, error) { return s.c().Remove(ctx, id) }
-
-// Cancel deletes the timeout with that id so it is never delivered.
-func (s *Store) Cancel(ctx context.Context, id string) (bool, error) { return s.c().Cancel(ctx, id) }
-
-// IncrementFailureCount records a failed forwarding attempt.
-func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, error) {
-	return s.c().IncrementFailureCount(ctx, id)
-}
-
-// CancelByOwner deletes every timeout of owner. An empty owner cancels nothing: it means "no
-// owner", not every timeout without one.
-func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
-	return s.c().CancelByOwner(ctx, owner)
-}
-
-// Close closes the pool Open opened; a *sql.DB given to New stays open.
-func (s *Store) Close() error { return s.c().Close() }
-
 // storable reports whether s could be a stored id or owner (see validateTimeout). One that could
 // not is looked up in no query, where it could find another timeout: the driver would send
 // invalid UTF-8 as U+FFFD, and SQL Server compares "a " as "a".
@@ -240,41 +205,4 @@ func isServerError(err error, numbers ...int32) bool {
 		return true
 	}
 	return slices.ContainsFunc(se.All, func(e mssql.Error) bool { return slices.Contains(numbers, e.Number) })
-}
-
-// Stats counts the stored timeouts, claimed or not, and their earliest and latest due times. It
-// reads the whole table: it is for operators, not for a poll loop.
-func (s *Store) Stats(ctx context.Context) (persistence.Stats, error) { return s.c().Stats(ctx) }
-
-// List returns timeouts earliest due first, without their payloads. An owner no timeout could
-// have is looked up in no query.
-func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
-	return s.c().List(ctx, opts)
-}
-
-// StoreMany keeps the timeouts whose ids are not stored yet and returns those ids: one statement
-// per 250 timeouts, in one transaction and one commit when there are more. It stores none when
-// any of them is invalid. A statement that meets the primary key (another caller stored one of
-// its ids since NOT EXISTS looked) is undone alone and run again, and finds that id stored.
-func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
-	return s.c().StoreMany(ctx, ts)
-}
-
-// PeekMany returns the stored timeouts among ids, claimed or not, one statement per 500 distinct
-// ids; ids not stored are left out. It fails with persistence.ErrCorruptMetadata when any of them cannot
-// be read.
-func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
-	return s.c().PeekMany(ctx, ids)
-}
-
-// RemoveMany deletes the timeouts with those ids and returns the ids it deleted: one statement per
-// 500 ids, in one transaction and one commit when there are more.
-func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
-	return s.c().RemoveMany(ctx, ids)
-}
-
-// Release makes the timeouts with these ids claimable again from their due time, one statement
-// per 500 ids, and returns how many it found.
-func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
-	return s.c().Release(ctx, ids)
 }

@@ -3,7 +3,7 @@
 // relies on them: idempotent Store, claims that never hand one id to two pollers while a lease
 // runs, byte-exact payloads and headers, microsecond due times, cancel; Stats and List for stores
 // that implement persistence.Inspector, Hide, Release and Survey for persistence.Handover, and
-// StoreMany, PeekMany and RemoveMany for stores with the batch calls of satellites.BatchStore.
+// StoreMany, PeekMany and RemoveMany for stores with the batch calls of persistence.BatchStore.
 //
 // A backend's test calls Run with a constructor that returns an empty store of its own:
 //
