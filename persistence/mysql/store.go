@@ -22,16 +22,7 @@ type Store struct {
 	q     queries
 }
 
-// core is the shared SQL core, embedded under a name of its own so that no exported field shows
-// and its Store method is not hidden by a field of that name.
-type core = sqlstore.Store
-
-var (
-	_ persistence.Store     = (*Store)(nil)
-	_ persistence.Installer = (*Store)(nil)
-	_ persistence.Inspector = (*Store)(nil)
-	_ persistence.Handover  = (*Store)(nil)
-)
+type core = sqlstore.Store // embedded by this name: no exported field, no hidden Store method
 
 // Server error numbers the store acts on.
 const (

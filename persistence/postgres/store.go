@@ -11,7 +11,6 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
-	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
 // Store keeps timeouts in one PostgreSQL table. It is safe for concurrent use by many goroutines
@@ -21,16 +20,7 @@ type Store struct {
 	q     queries
 }
 
-// core is the shared SQL core, embedded under a name of its own so that no exported field shows
-// and its Store method is not hidden by a field of that name.
-type core = sqlstore.Store
-
-var (
-	_ persistence.Store     = (*Store)(nil)
-	_ persistence.Installer = (*Store)(nil)
-	_ persistence.Inspector = (*Store)(nil)
-	_ persistence.Handover  = (*Store)(nil)
-)
+type core = sqlstore.Store // embedded by this name: no exported field, no hidden Store method
 
 // Open connects to the server at config.DSN and returns a store on a pool of its own, which
 // Close closes. It checks that the server answers, but does not create the table: call

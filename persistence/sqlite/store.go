@@ -14,7 +14,6 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
-	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
 // Store keeps timeouts in one SQLite table. It is safe for concurrent use, and several processes
@@ -32,16 +31,7 @@ type Store struct {
 	q     queries
 }
 
-// core is the shared SQL core, embedded under a name of its own so that no exported field shows
-// and its Store method is not hidden by a field of that name.
-type core = sqlstore.Store
-
-var (
-	_ persistence.Store     = (*Store)(nil)
-	_ persistence.Installer = (*Store)(nil)
-	_ persistence.Inspector = (*Store)(nil)
-	_ persistence.Handover  = (*Store)(nil)
-)
+type core = sqlstore.Store // embedded by this name: no exported field, no hidden Store method
 
 // maxIn bounds the ids of one IN list, far below SQLite's limit on bound parameters.
 const maxIn = 500

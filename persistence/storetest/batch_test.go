@@ -9,12 +9,27 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence/sqlserver"
 )
 
+// sqlStore is what every SQL backend of the module implements.
+type sqlStore interface {
+	persistence.Store
+	persistence.Installer
+	persistence.BatchStore
+	persistence.Releaser
+	persistence.Inspector
+}
+
+// The backends implement the optional interfaces they document, so that the suite runs their
+// subtests rather than skipping them and the manager takes their fast paths.
 var (
-	// The timeout manager store and dispatch in batches on these stores, and the Batch subtest runs
-	// on them rather than skipping.
+	_ sqlStore = (*sqlite.Store)(nil)
+	_ sqlStore = (*postgres.Store)(nil)
+	_ sqlStore = (*mysql.Store)(nil)
+	_ sqlStore = (*sqlserver.Store)(nil) // without Handover: Survey and Hide need a server to test
+
+	_ persistence.Handover   = (*sqlite.Store)(nil)
+	_ persistence.Handover   = (*postgres.Store)(nil)
+	_ persistence.Handover   = (*mysql.Store)(nil)
+	_ persistence.Handover   = (*memory.Store)(nil)
 	_ persistence.BatchStore = (*memory.Store)(nil)
-	_ persistence.BatchStore = (*sqlite.Store)(nil)
-	_ persistence.BatchStore = (*postgres.Store)(nil)
-	_ persistence.BatchStore = (*mysql.Store)(nil)
-	_ persistence.BatchStore = (*sqlserver.Store)(nil)
+	_ persistence.Inspector  = (*memory.Store)(nil)
 )
