@@ -40,6 +40,7 @@ func TestGracefulStopsOnRabbitMQAndPostgreSQLLoseNothing(t *testing.T) {
 				Publisher:  pub,
 				Subscriber: sub,
 				ErrorQueue: e.errorQueue,
+				ClaimLease: stopcycles.Lease, // a timeout stranded in a claim is lost to the run
 				// Short breakers, so that one armed by a stop would trip while the test watches.
 				TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages: time.Second,
 				TimeToTriggerStoreCircuitBreaker:                        time.Second,

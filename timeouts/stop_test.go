@@ -30,6 +30,7 @@ func startGoChannelProcess(t *testing.T, store persistence.Store, closeDB bool, 
 		Store:      store,
 		Publisher:  pubSub,
 		Subscriber: pubSub,
+		ClaimLease: stopcycles.Lease, // a timeout stranded in a claim is lost to the run
 		// Short breakers, so that one armed by a stop would trip while the test watches.
 		TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages: time.Second,
 		TimeToTriggerStoreCircuitBreaker:                        time.Second,
