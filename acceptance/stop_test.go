@@ -34,19 +34,13 @@ func TestGracefulStopsOnRabbitMQAndPostgreSQLLoseNothing(t *testing.T) {
 			pub, sub, err := amqptransport.New(e.config("stops"), logger)
 			require.NoError(t, err)
 			require.NoError(t, pub.DeclareEndpoint(context.Background(), e.endpoint, e.errorQueue))
-			manager, err := timeouts.NewManager(timeouts.Config{
+			manager, err := timeouts.NewManager(rec.Configure(timeouts.Config{
 				Endpoint:   e.endpoint,
 				Store:      store,
 				Publisher:  pub,
 				Subscriber: sub,
 				ErrorQueue: e.errorQueue,
-				ClaimLease: stopcycles.Lease, // a timeout stranded in a claim is lost to the run
-				// Short breakers, so that one armed by a stop would trip while the test watches.
-				TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages: time.Second,
-				TimeToTriggerStoreCircuitBreaker:                        time.Second,
-				TimeToTriggerDispatchCircuitBreaker:                     time.Second,
-				OnCriticalError:                                         rec.OnCriticalError,
-			}, logger)
+			}), logger)
 			require.NoError(t, err)
 			router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 15 * time.Second}, logger)
 			require.NoError(t, err)

@@ -25,18 +25,12 @@ func startGoChannelProcess(t *testing.T, store persistence.Store, closeDB bool, 
 	t.Helper()
 	logger := watermill.NopLogger{}
 	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
-	manager, err := timeouts.NewManager(timeouts.Config{
+	manager, err := timeouts.NewManager(rec.Configure(timeouts.Config{
 		Endpoint:   endpoint,
 		Store:      store,
 		Publisher:  pubSub,
 		Subscriber: pubSub,
-		ClaimLease: stopcycles.Lease, // a timeout stranded in a claim is lost to the run
-		// Short breakers, so that one armed by a stop would trip while the test watches.
-		TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages: time.Second,
-		TimeToTriggerStoreCircuitBreaker:                        time.Second,
-		TimeToTriggerDispatchCircuitBreaker:                     time.Second,
-		OnCriticalError:                                         rec.OnCriticalError,
-	}, logger)
+	}), logger)
 	require.NoError(t, err)
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, logger)
 	require.NoError(t, err)

@@ -104,6 +104,18 @@ func (r *Recorder) OnCriticalError(_ context.Context, e *timeouts.CriticalError)
 	r.mu.Unlock()
 }
 
+// Configure sets what every manager of a run needs: the long ClaimLease (Lease), breakers short
+// enough that one armed by a stop would trip while the run watches, and rec's critical-error
+// hook.
+func (r *Recorder) Configure(c timeouts.Config) timeouts.Config {
+	c.ClaimLease = Lease
+	c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages = time.Second
+	c.TimeToTriggerStoreCircuitBreaker = time.Second
+	c.TimeToTriggerDispatchCircuitBreaker = time.Second
+	c.OnCriticalError = r.OnCriticalError
+	return c
+}
+
 // Config is one run of the test.
 type Config struct {
 	// Cycles is how many times the endpoint is stopped and started again. Defaults to 20.
