@@ -177,12 +177,12 @@ func (c Config) validate() error {
 		return invalid("Store is a nil or zero-value %T: create it with its package's Open or New", c.Store)
 	case c.Publisher == nil:
 		return invalid("Publisher is required")
-	case unopened(c.Publisher):
-		return invalid("Publisher is a nil or zero-value %T: create it with its package's constructor", c.Publisher)
+	case isNilPointer(c.Publisher):
+		return invalid("Publisher is a nil %T", c.Publisher)
 	case c.Subscriber == nil:
 		return invalid("Subscriber is required")
-	case unopened(c.Subscriber):
-		return invalid("Subscriber is a nil or zero-value %T: create it with its package's constructor", c.Subscriber)
+	case isNilPointer(c.Subscriber):
+		return invalid("Subscriber is a nil %T", c.Subscriber)
 	case c.PollInterval < 0:
 		return invalid("PollInterval must be positive, got %s", c.PollInterval)
 	case c.ClaimBatchSize < 0:
@@ -211,15 +211,22 @@ func (c Config) validate() error {
 	return nil
 }
 
-// unopened reports whether v is a nil pointer, or a pointer to a struct with every field zero: a
-// value its constructor never made, whose first call would panic.
-func unopened(v any) bool {
-	rv := reflect.ValueOf(v)
+// unopened reports whether a store is a nil pointer, or a pointer to a struct with every field
+// zero: a store its Open or New never made, whose first call would fail or panic.
+func unopened(store persistence.Store) bool {
+	if isNilPointer(store) {
+		return true
+	}
+	rv := reflect.ValueOf(store)
 	if rv.Kind() == reflect.Pointer {
-		if rv.IsNil() {
-			return true
-		}
 		rv = rv.Elem()
 	}
 	return rv.Kind() == reflect.Struct && rv.NumField() > 0 && rv.IsZero()
+}
+
+// isNilPointer reports whether v is a typed nil pointer in an interface: not nil to ==, yet its
+// first call would panic.
+func isNilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
