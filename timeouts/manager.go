@@ -201,11 +201,17 @@ func (m *Manager) Publisher() *Publisher { return m.publisher }
 // Cancel deletes a pending timeout so that it is never delivered. It returns false when there
 // was nothing to cancel (already delivered, or never stored).
 func (m *Manager) Cancel(ctx context.Context, id string) (bool, error) {
+	if err := checkID(id); err != nil {
+		return false, err
+	}
 	return m.cfg.Store.Cancel(ctx, id)
 }
 
 // CancelByOwner deletes every pending timeout tagged with owner (see WithOwner).
 func (m *Manager) CancelByOwner(ctx context.Context, owner string) (int, error) {
+	if owner == "" {
+		return 0, fmt.Errorf("%w: the owner is empty (it would match no timeout)", persistence.ErrInvalidTimeout)
+	}
 	return m.cfg.Store.CancelByOwner(ctx, owner)
 }
 
