@@ -117,6 +117,7 @@ func (m *Manager) schedule(ctx context.Context, topic string, msg *message.Messa
 	if err != nil {
 		return persistence.Scheduled{}, fmt.Errorf("scheduling message %s for %q: %w", msg.UUID, topic, err)
 	}
+	injectTrace(ctx, t.Metadata) // the caller's trace, when the message brought none
 	if err := m.waitReady(ctx); err != nil {
 		return persistence.Scheduled{}, err
 	}
@@ -129,6 +130,7 @@ func (m *Manager) schedule(ctx context.Context, topic string, msg *message.Messa
 		fields["key"] = t.Key
 	}
 	m.logger.Debug("Timeout scheduled", fields)
+	m.tracing.scheduled(ctx, t, res.Outcome.String())
 	if res.ID == t.ID && (res.Outcome == persistence.Created || res.Outcome == persistence.Replaced) {
 		m.metrics.onStored()
 		m.poller.wake(t.Due)
@@ -160,12 +162,13 @@ func timeoutOf(topic string, msg *message.Message, now time.Time) (persistence.T
 	if id == "" {
 		return persistence.Timeout{}, 0, fmt.Errorf("%w: the message has no UUID (it is the timeout's id)", persistence.ErrInvalidTimeout)
 	}
-	metadata := make(map[string]string, len(msg.Metadata))
+	metadata := make(map[string]string, len(msg.Metadata)+2)
 	for k, v := range msg.Metadata {
 		if !wireparse.IsRoutingHeader(k) {
 			metadata[k] = v
 		}
 	}
+	injectTrace(msg.Context(), metadata)
 	t := persistence.Timeout{
 		ID: id, Destination: dest, Due: due, Owner: msg.Metadata.Get(wire.HeaderOwner), Key: key,
 		Payload: msg.Payload, Metadata: metadata,

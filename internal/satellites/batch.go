@@ -197,6 +197,7 @@ func (s *Store) store(batch []*request[delayed]) {
 	}
 	for _, r := range first {
 		if isNew[r.item.t.ID] {
+			s.logger.Debug("Timeout stored", watermill.LogFields{"timeout_id": r.item.t.ID, "destination": r.item.t.Destination, "due": r.item.t.Due})
 			if s.cfg.OnStored != nil {
 				s.cfg.OnStored(r.item.t.Due)
 			}

@@ -126,6 +126,8 @@ func (s *Store) scheduleKeyed(msg *message.Message, t persistence.Timeout) error
 			"timeout_id": t.ID, "key": t.Key, "pending_id": res.ID})
 		return nil
 	}
+	s.logger.Debug("Timeout stored", watermill.LogFields{"timeout_id": t.ID, "destination": t.Destination, "due": t.Due,
+		"key": t.Key, "outcome": res.Outcome.String()})
 	if s.cfg.OnStored != nil {
 		s.cfg.OnStored(t.Due)
 	}
