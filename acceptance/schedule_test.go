@@ -213,7 +213,7 @@ func TestScheduleKeyReplaceConcurrently(t *testing.T) {
 					defer wg.Done()
 					for i := w; i < total; i += schedulers {
 						msg := newDelayed(fmt.Sprintf("key %d from %d", i%keys, w), due)
-						timeouts.WithKey(msg, fmt.Sprintf("order-%d/payment", i%keys), timeouts.Replace)
+						timeouts.WithKey(msg, fmt.Sprintf("order-%d/payment", i%keys), persistence.KeyReplace)
 						res, err := n.manager.Schedule(ctx, dest, msg)
 						if err != nil {
 							errs <- err

@@ -70,7 +70,7 @@ func ExampleManager_Schedule() {
 	// Two reminders with one key: the second replaces the first.
 	for _, text := range []string{"pay order 42", "pay order 42, last call"} {
 		msg := reminder(text, time.Hour)
-		timeouts.WithKey(msg, "order-42/payment", timeouts.Replace)
+		timeouts.WithKey(msg, "order-42/payment", persistence.KeyReplace)
 		res, err := manager.Schedule(ctx, "reminders", msg)
 		if err != nil {
 			panic(err)

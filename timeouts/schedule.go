@@ -15,19 +15,6 @@ import (
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
-// KeyPolicy says what a delayed message marked WithKey does when a pending timeout holds its key.
-type KeyPolicy = persistence.KeyPolicy
-
-// The key policies.
-const (
-	// Replace replaces the pending timeout that holds the key: one delivery follows, at the new
-	// due time with the new message (a debounce: the last one wins).
-	Replace = persistence.KeyReplace
-	// Keep keeps the pending timeout that holds the key and drops the new message (the first one
-	// wins).
-	Keep = persistence.KeyKeep
-)
-
 // ErrStopped is returned by the calls that need the manager's store set up (Schedule,
 // ScheduleTx) when the manager stopped before it was.
 var ErrStopped = errors.New("timeouts: the manager stopped")
@@ -36,14 +23,14 @@ var ErrStopped = errors.New("timeouts: the manager stopped")
 const maxListLimit = 10_000
 
 // WithKey marks a delayed message with a deduplication key (at most 250 bytes; "order-42/payment",
-// say): while a pending timeout holds the key, the message replaces it or is dropped, as policy
-// says. It works through Manager.Schedule and ScheduleTx and through the Timeouts queue
+// say): while a pending timeout holds the key, the message replaces it (persistence.KeyReplace:
+// the last one wins, a debounce) or is dropped (persistence.KeyKeep: the first one wins). It works through Manager.Schedule and ScheduleTx and through the Timeouts queue
 // (Publisher); a message already due when published is delivered at once and deduplicates
 // nothing.
-func WithKey(msg *message.Message, key string, policy KeyPolicy) {
+func WithKey(msg *message.Message, key string, policy persistence.KeyPolicy) {
 	msg.Metadata.Set(wire.HeaderKey, key)
 	switch policy {
-	case Keep:
+	case persistence.KeyKeep:
 		msg.Metadata.Set(wire.HeaderKeyPolicy, wire.KeyPolicyKeep)
 	default:
 		msg.Metadata.Set(wire.HeaderKeyPolicy, wire.KeyPolicyReplace)
@@ -64,7 +51,7 @@ func WithKey(msg *message.Message, key string, policy KeyPolicy) {
 //
 // Schedule waits for the manager to be Ready (its store set up by the router's start).
 func (m *Manager) Schedule(ctx context.Context, topic string, msg *message.Message) (persistence.Scheduled, error) {
-	return m.schedule(ctx, topic, msg, func(ctx context.Context, t persistence.Timeout, now time.Time, policy KeyPolicy) (persistence.Scheduled, error) {
+	return m.schedule(ctx, topic, msg, func(ctx context.Context, t persistence.Timeout, now time.Time, policy persistence.KeyPolicy) (persistence.Scheduled, error) {
 		if sch, ok := m.cfg.Store.(persistence.Scheduler); ok {
 			return sch.Schedule(ctx, t, now, policy)
 		}
@@ -97,7 +84,7 @@ func (m *Manager) ScheduleTx(ctx context.Context, tx *sql.Tx, topic string, msg 
 		return persistence.Scheduled{}, fmt.Errorf("%w: the store (%T) cannot schedule in a transaction: it does not implement persistence.TxScheduler",
 			persistence.ErrUnsupported, m.cfg.Store)
 	}
-	return m.schedule(ctx, topic, msg, func(ctx context.Context, t persistence.Timeout, now time.Time, policy KeyPolicy) (persistence.Scheduled, error) {
+	return m.schedule(ctx, topic, msg, func(ctx context.Context, t persistence.Timeout, now time.Time, policy persistence.KeyPolicy) (persistence.Scheduled, error) {
 		res, err := txs.ScheduleTx(ctx, tx, t, now, policy)
 		if err == nil && res.ID == t.ID && res.Outcome != persistence.Existed {
 			m.wakeAt(t.Due) // the poller cannot see it before the commit
@@ -106,7 +93,7 @@ func (m *Manager) ScheduleTx(ctx context.Context, tx *sql.Tx, topic string, msg 
 	})
 }
 
-type scheduleFunc func(ctx context.Context, t persistence.Timeout, now time.Time, policy KeyPolicy) (persistence.Scheduled, error)
+type scheduleFunc func(ctx context.Context, t persistence.Timeout, now time.Time, policy persistence.KeyPolicy) (persistence.Scheduled, error)
 
 func (m *Manager) schedule(ctx context.Context, topic string, msg *message.Message, do scheduleFunc) (persistence.Scheduled, error) {
 	if msg == nil {
@@ -139,7 +126,7 @@ func (m *Manager) schedule(ctx context.Context, topic string, msg *message.Messa
 }
 
 // timeoutOf reads msg into the timeout Schedule stores, with its key policy.
-func timeoutOf(topic string, msg *message.Message, now time.Time) (persistence.Timeout, KeyPolicy, error) {
+func timeoutOf(topic string, msg *message.Message, now time.Time) (persistence.Timeout, persistence.KeyPolicy, error) {
 	dest, err := wireparse.Destination(map[string]string{wire.HeaderDestination: topic})
 	if err != nil {
 		return persistence.Timeout{}, 0, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
+	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -81,7 +82,7 @@ func TestPublisherDelaysAndKeepsTheMessage(t *testing.T) {
 
 	keyed := message.NewMessage(watermill.NewUUID(), nil)
 	timeouts.DeliverAfter(keyed, time.Second)
-	timeouts.WithKey(keyed, "order-7/payment", timeouts.Replace)
+	timeouts.WithKey(keyed, "order-7/payment", persistence.KeyReplace)
 	err := pub.Publish(dest, keyed)
 	require.ErrorIs(t, err, wire.ErrInvalidHeader, "native delay cannot deduplicate")
 	require.ErrorContains(t, err, wire.HeaderKey)
