@@ -153,8 +153,14 @@ func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) 
 // batch runs a batch's statements, in one transaction when tx or Dialect.BatchTx, and runs them
 // again after an error Dialect.Retry accepts, up to batchAttempts times.
 func (s *Store) batch(ctx context.Context, tx bool, run func(ctx context.Context, q Querier) error) error {
+	return s.retry(ctx, func() error { return s.write(ctx, tx || s.d.BatchTx, run) })
+}
+
+// retry runs a transaction, and again after an error Dialect.Retry accepts, up to batchAttempts
+// times.
+func (s *Store) retry(ctx context.Context, transaction func() error) error {
 	for attempt := 1; ; attempt++ {
-		err := s.write(ctx, tx || s.d.BatchTx, run)
+		err := transaction()
 		if err == nil || attempt == batchAttempts || ctx.Err() != nil || s.d.Retry == nil || !s.d.Retry(err) {
 			return err
 		}

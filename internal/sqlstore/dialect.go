@@ -130,7 +130,7 @@ type Dialect struct {
 	Storable func(string) bool
 	// IsDuplicate says Store met the primary key: the timeout is stored already.
 	IsDuplicate func(error) bool
-	// Retry says a batch transaction that failed with err may run again.
+	// Retry says a batch or Schedule transaction that failed with err may run again.
 	Retry func(err error) bool
 
 	// BatchTx runs every batch call in one transaction, even of one statement.
@@ -143,6 +143,9 @@ type Dialect struct {
 	// RemoveIDs, when set, replaces RemoveIn: it deletes the rows of ids (sorted) and returns
 	// the ids it deleted.
 	RemoveIDs func(ctx context.Context, q Querier, ids []string) ([]string, error)
+	// KeyTx, when set, runs the transaction of a Schedule with a key, holding a lock on the key
+	// around it, for a database that has no lock that ends with a transaction (Queries.KeyLock).
+	KeyTx func(ctx context.Context, key string, run func(ctx context.Context, q Querier) error) error
 	// Claim and Hide, when set, replace the statements of the same names; they need not sort
 	// what they return.
 	Claim func(ctx context.Context, now, until time.Time, limit int) ([]Claimed, error)

@@ -26,10 +26,16 @@ func (s *Store) Schedule(ctx context.Context, t persistence.Timeout, now time.Ti
 		return persistence.Scheduled{}, err
 	}
 	var out persistence.Scheduled
-	err := s.batch(ctx, true, func(ctx context.Context, q Querier) error {
+	run := func(ctx context.Context, q Querier) error {
 		var err error
 		out, err = s.schedule(ctx, q, t, now, policy)
 		return err
+	}
+	err := s.retry(ctx, func() error {
+		if t.Key != "" && s.d.KeyTx != nil {
+			return s.d.KeyTx(ctx, t.Key, run)
+		}
+		return s.write(ctx, true, run)
 	})
 	if err != nil {
 		return persistence.Scheduled{}, fmt.Errorf("%s: schedule %q: %w", s.d.Name, t.ID, err)
