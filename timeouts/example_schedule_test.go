@@ -156,7 +156,7 @@ func ExampleManager_ScheduleTx() {
 			panic(err)
 		}
 	}()
-	<-router.Running()
+	<-manager.Ready() // the store's table exists: ScheduleTx may be called
 
 	placeOrder := func(id string, commit bool) (timeoutID string) {
 		tx, err := db.BeginTx(ctx, nil)

@@ -15,9 +15,9 @@ import (
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
-// ErrStopped is returned by the calls that need the manager's store set up (Schedule,
-// ScheduleTx) when the manager stopped before it was.
-var ErrStopped = errors.New("timeouts: the manager stopped")
+// ErrNotReady is returned by Schedule when the manager stopped before its store was set up, and
+// by ScheduleTx called before Ready.
+var ErrNotReady = errors.New("timeouts: the manager is not ready")
 
 // maxListLimit bounds persistence.ListOptions.Limit in Manager.List.
 const maxListLimit = 10_000
@@ -73,11 +73,18 @@ func (m *Manager) Schedule(ctx context.Context, topic string, msg *message.Messa
 // implements persistence.TxScheduler (PostgreSQL, MySQL/MariaDB, SQLite, SQL Server), and returns
 // persistence.ErrUnsupported otherwise.
 //
-// The poller finds the timeout at its due time once tx has committed; one due before the commit
-// is found at the commit's next poll (Config.PollInterval at the latest).
+// Call it once the manager is Ready (its store's tables exist): it does not wait, since a
+// transaction the caller holds could keep the store from being set up; before, it returns
+// ErrNotReady. The poller finds the timeout at its due time once tx has committed; one due
+// before the commit is found at the commit's next poll (Config.PollInterval at the latest).
 func (m *Manager) ScheduleTx(ctx context.Context, tx *sql.Tx, topic string, msg *message.Message) (persistence.Scheduled, error) {
 	if tx == nil {
 		return persistence.Scheduled{}, fmt.Errorf("%w: ScheduleTx needs a transaction, got nil", persistence.ErrInvalidTimeout)
+	}
+	select {
+	case <-m.ready:
+	default:
+		return persistence.Scheduled{}, fmt.Errorf("%w: ScheduleTx before Ready (the store may have no tables yet)", ErrNotReady)
 	}
 	txs, ok := m.cfg.Store.(persistence.TxScheduler)
 	if !ok {
@@ -174,7 +181,7 @@ func (m *Manager) waitReady(ctx context.Context) error {
 	case <-m.ready:
 		return nil
 	case <-m.done:
-		return ErrStopped
+		return fmt.Errorf("%w: it stopped before its store was set up", ErrNotReady)
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the manager to be ready: %w", ctx.Err())
 	}

@@ -2,6 +2,7 @@ package timeouts_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -214,6 +215,8 @@ func TestScheduleBadInput(t *testing.T) {
 	require.ErrorIs(t, err, persistence.ErrUnsupported)
 	_, err = plain.manager.ScheduleTx(ctx, nil, "reminders", delayedMsg("x", time.Minute))
 	require.ErrorIs(t, err, persistence.ErrInvalidTimeout)
+	_, err = plain.manager.ScheduleTx(ctx, &sql.Tx{}, "reminders", delayedMsg("x", time.Minute))
+	require.ErrorIs(t, err, persistence.ErrUnsupported, "a store without TxScheduler")
 }
 
 // TestScheduleWaitsForReady: Schedule on a manager whose router never started waits, and gives
@@ -227,6 +230,8 @@ func TestScheduleWaitsForReady(t *testing.T) {
 	defer cancel()
 	_, err = manager.Schedule(ctx, "reminders", delayedMsg("x", time.Minute))
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+	_, err = manager.ScheduleTx(t.Context(), &sql.Tx{}, "reminders", delayedMsg("x", time.Minute))
+	require.ErrorIs(t, err, timeouts.ErrNotReady, "ScheduleTx does not wait: the caller's transaction could block the set-up")
 }
 
 // TestStats counts what Schedule stored.
