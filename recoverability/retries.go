@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
+	"github.com/timeoutmill/timeoutmill/internal/exclusive"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -20,8 +21,9 @@ var (
 	// ErrNotAddedToRouter: a message had to wait for a delayed retry, but AddToRouter was never
 	// called, so nothing consumes the deferred queue.
 	ErrNotAddedToRouter = errors.New("recoverability: Retries.AddToRouter was not called; nothing consumes the deferred queue")
-	// ErrDeferredQueueInUse: a second processor was about to consume a deferred queue.
-	ErrDeferredQueueInUse = errors.New("recoverability: deferred queue already in use")
+	// ErrDeferredQueueInUse: a second processor was about to consume a deferred queue, in this
+	// router or process, or — on the AMQP and SQL transports — in another process.
+	ErrDeferredQueueInUse = exclusive.ErrInUse
 	// ErrHandlerPanicked wraps the value a handler panicked with; the panic counts as a failure.
 	ErrHandlerPanicked = errors.New("handler panicked")
 )
@@ -33,7 +35,7 @@ type Retries struct {
 	cfg      Config
 	logger   watermill.LoggerAdapter
 	errors   *errorqueue.Queue
-	deferred *deferredQueue // nil WithoutDeferredQueue
+	deferred *deferredQueue // nil without a deferred queue
 	misuse   sync.Once
 }
 
@@ -52,8 +54,11 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Retries, error) {
 		logger: logger.With(watermill.LogFields{"work_queue": cfg.WorkQueue}),
 		errors: errorqueue.New(cfg.Publisher, cfg.ErrorQueue),
 	}
-	if q := cfg.DeferredQueue(); q != "" {
+	if q := cfg.DeferredQueue; q != "" {
 		r.deferred = newDeferredQueue(q, cfg.WorkQueue, cfg.Publisher, cfg.MaxDeferredHold, r.logger)
+	} else {
+		r.logger.Info("Warning: no deferred queue, so messages waiting for a delayed retry go round the work queue "+
+			"until they are due (Shuttle's queue thrashing); set a DeferredQueue for anything but the simplest programs", nil)
 	}
 	return r, nil
 }
@@ -61,8 +66,8 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Retries, error) {
 // WorkQueue is the topic of the handler whose retries these are.
 func (r *Retries) WorkQueue() string { return r.cfg.WorkQueue }
 
-// DeferredQueue is this instance's deferred queue, or "" WithoutDeferredQueue.
-func (r *Retries) DeferredQueue() string { return r.cfg.DeferredQueue() }
+// DeferredQueue is this instance's deferred queue, or "" without one.
+func (r *Retries) DeferredQueue() string { return r.cfg.DeferredQueue }
 
 // AddToRouter adds the deferred queue's processor to router, as a handler named after the
 // queue. Call it before the router runs. Without a deferred queue there is nothing to add.
@@ -88,9 +93,9 @@ func (r *Retries) AddToRouter(router *message.Router) error {
 // A message whose ignore-until time lies ahead is moved to the deferred queue without calling
 // the handler. Otherwise the handler is called; on the message's first delivery it is called
 // again at once up to ImmediateRetries times while it fails. If it still fails, the message goes
-// back to the work queue for a delayed retry while the schedule lasts, and to the error queue
-// after that: 1 + ImmediateRetries + len(DurationToIgnoreOnFailure) calls at most. Either
-// way the original is acked; it is nacked only when that move itself fails, or when the
+// back to the work queue for a delayed retry while its failed deliveries number fewer than
+// MaximumFailureCount (by default, while the schedule lasts), and to the error queue after
+// that. Either way the original is acked; it is nacked only when that move itself fails, or when the
 // handler failed because the router is closing (that attempt is not counted). A panic in the
 // handler counts as a failure.
 func (r *Retries) Middleware(h message.HandlerFunc) message.HandlerFunc {
@@ -124,7 +129,7 @@ func (r *Retries) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			}
 			attempts++
 		}
-		if delayed < len(r.cfg.DurationToIgnoreOnFailure) {
+		if failures := delayed + 1; failures < r.cfg.maxFailures() {
 			return nil, r.retryLater(msg, err, attempts, delayed)
 		}
 		return nil, r.giveUp(msg, err, attempts, delayed)
@@ -166,7 +171,7 @@ func (r *Retries) await(msg *message.Message, until time.Time) error {
 
 // retryLater sends a copy back to the work queue, to be ignored until the next delayed retry.
 func (r *Retries) retryLater(msg *message.Message, cause error, attempts, delayed int) error {
-	wait := r.cfg.DurationToIgnoreOnFailure[delayed]
+	wait := r.cfg.ignoreFor(delayed + 1)
 	until := time.Now().Add(wait)
 	out := msg.Copy()
 	out.SetContext(msg.Context())
