@@ -194,7 +194,7 @@ func sleep(ctx, sub context.Context, changed <-chan struct{}, d time.Duration) e
 // or, with pass "", to the work queue without the deferral headers.
 func (q *deferredQueue) republish(msg *message.Message, topic, pass string) error {
 	out := msg.Copy()
-	out.SetContext(msg.Context())
+	out.SetContext(publishContext(msg))
 	if pass != "" {
 		out.Metadata.Set(wire.HeaderRetryDeferredPass, pass)
 	} else {

@@ -1,6 +1,7 @@
 package recoverability
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -151,7 +152,7 @@ func (r *Retries) call(h message.HandlerFunc, msg *message.Message) (produced []
 // processing time, or without one back to the work queue.
 func (r *Retries) await(msg *message.Message, until time.Time) error {
 	out := msg.Copy()
-	out.SetContext(msg.Context())
+	out.SetContext(publishContext(msg))
 	delete(out.Metadata, wire.HeaderRetryDeferredPass)
 	if r.deferred == nil {
 		if err := r.cfg.Publisher.Publish(r.cfg.WorkQueue, out); err != nil {
@@ -174,7 +175,7 @@ func (r *Retries) retryLater(msg *message.Message, cause error, attempts, delaye
 	wait := r.cfg.ignoreFor(delayed + 1)
 	until := time.Now().Add(wait)
 	out := msg.Copy()
-	out.SetContext(msg.Context())
+	out.SetContext(publishContext(msg))
 	out.Metadata.Set(wire.HeaderRetryIgnoreUntil, until.UTC().Format(time.RFC3339Nano))
 	out.Metadata.Set(wire.HeaderRetryAttempts, strconv.Itoa(attempts))
 	out.Metadata.Set(wire.HeaderRetryDelayedRetries, strconv.Itoa(delayed+1))
@@ -193,7 +194,7 @@ func (r *Retries) retryLater(msg *message.Message, cause error, attempts, delaye
 // left behind, so a message returned from the error queue to its work queue starts afresh.
 func (r *Retries) giveUp(msg *message.Message, cause error, attempts, delayed int) error {
 	out := msg.Copy()
-	out.SetContext(msg.Context())
+	out.SetContext(publishContext(msg))
 	for _, h := range []string{wire.HeaderRetryIgnoreUntil, wire.HeaderRetryAttempts, wire.HeaderRetryDelayedRetries, wire.HeaderRetryDeferredPass} {
 		delete(out.Metadata, h)
 	}
@@ -206,6 +207,15 @@ func (r *Retries) giveUp(msg *message.Message, cause error, attempts, delayed in
 		"message_uuid": msg.UUID, "attempts": attempts, "delayed_retries": delayed, "error_queue": r.errors.Topic(),
 	})
 	return nil
+}
+
+// publishContext is the context to publish a message's successor with: the message's, less its
+// cancellation. The message's context ends when the router closes; a publish it cut short, after
+// the broker took the message but before it confirmed it, would have the original nacked and
+// delivered again beside its successor — a duplicate, retried or returned from the deferred
+// queue before its time. A publish is short either way: transports fail it at once in an outage.
+func publishContext(msg *message.Message) context.Context {
+	return context.WithoutCancel(msg.Context())
 }
 
 // ignoreUntil reads a message's HeaderRetryIgnoreUntil. An unreadable one is logged and
