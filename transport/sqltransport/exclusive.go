@@ -2,11 +2,8 @@ package sqltransport
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -21,28 +18,27 @@ const exclusiveCheckInterval = 5 * time.Second
 
 // exclusiveLock is a lock in the database that only one subscription to a topic may hold at a
 // time, whatever process it runs in: a session-level advisory lock on PostgreSQL
-// (pg_try_advisory_lock, per database), a named lock on MySQL and MariaDB (GET_LOCK, per server,
-// so its name includes the database). It lives as long as the connection that took it, which the
-// subscription keeps for itself: a process that dies releases it with its connections.
+// (pg_try_advisory_lock, per database), a named lock on MySQL and MariaDB (GET_LOCK, per server).
+// Its key is a hash of the table's schema (on PostgreSQL the connection's current schema when
+// Config.Schema is empty; on MySQL the database) and name, so that only a subscription to the
+// same table is refused. It lives as long as the connection that took it, which the subscription
+// keeps for itself: a process that dies releases it with its connections.
 type exclusiveLock struct {
 	dialect Dialect
-	key     int64  // PostgreSQL
-	name    string // MySQL
-	topic   string
+	schema  string
 	table   string
+	topic   string
 }
 
 func newExclusiveLock(n names, topic string) exclusiveLock {
-	id := "timeoutmill.exclusive:" + n.schema + "." + n.table(topic)
-	sum := sha256.Sum256([]byte(id))
-	return exclusiveLock{
-		dialect: n.dialect,
-		key:     int64(binary.BigEndian.Uint64(sum[:8])),
-		name:    hex.EncodeToString(sum[:16]),
-		topic:   topic,
-		table:   n.table(topic),
-	}
+	return exclusiveLock{dialect: n.dialect, schema: n.schema, table: n.table(topic), topic: topic}
 }
+
+// Lock keys, from the schema ($1, PostgreSQL only) and the table.
+const (
+	postgresLockKey = `('x' || left(md5(CASE WHEN $1 = '' THEN current_schema() ELSE $1 END || '.' || $2 || '.timeoutmill.exclusive'), 16))::bit(64)::bigint`
+	mysqlLockName   = `CONCAT('timeoutmill.', LEFT(SHA2(CONCAT(IFNULL(DATABASE(), ''), '.', ?), 256), 40))`
+)
 
 // take tries to take the lock on conn: false when another session holds it.
 func (l exclusiveLock) take(ctx context.Context, conn *sql.Conn) (bool, error) {
@@ -52,10 +48,10 @@ func (l exclusiveLock) take(ctx context.Context, conn *sql.Conn) (bool, error) {
 	)
 	if l.dialect == MySQL {
 		var got sql.NullInt64
-		err = conn.QueryRowContext(ctx, `SELECT GET_LOCK(CONCAT('timeoutmill.', LEFT(SHA2(CONCAT(IFNULL(DATABASE(), ''), '.', ?), 256), 32)), 0)`, l.name).Scan(&got)
+		err = conn.QueryRowContext(ctx, `SELECT GET_LOCK(`+mysqlLockName+`, 0)`, l.table).Scan(&got)
 		held = got.Valid && got.Int64 == 1
 	} else {
-		err = conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, l.key).Scan(&held)
+		err = conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock(`+postgresLockKey+`)`, l.schema, l.table).Scan(&held)
 	}
 	if err != nil {
 		return false, fmt.Errorf("taking the lock that keeps %q to one consumer: %w", l.topic, err)
@@ -70,9 +66,9 @@ func (l exclusiveLock) release(conn *sql.Conn) {
 	defer cancel()
 	var err error
 	if l.dialect == MySQL {
-		_, err = conn.ExecContext(ctx, `DO RELEASE_LOCK(CONCAT('timeoutmill.', LEFT(SHA2(CONCAT(IFNULL(DATABASE(), ''), '.', ?), 256), 32)))`, l.name)
+		_, err = conn.ExecContext(ctx, `DO RELEASE_LOCK(`+mysqlLockName+`)`, l.table)
 	} else {
-		_, err = conn.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, l.key)
+		_, err = conn.ExecContext(ctx, `SELECT pg_advisory_unlock(`+postgresLockKey+`)`, l.schema, l.table)
 	}
 	if err != nil {
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // the pool closes it, and the lock with it
