@@ -95,8 +95,8 @@ func (r *Retries) AddToRouter(router *message.Router) error {
 // the handler. Otherwise the handler is called; on the message's first delivery it is called
 // again at once up to ImmediateRetries times while it fails. If it still fails, the message goes
 // back to the work queue for a delayed retry while its failed deliveries number fewer than
-// MaximumFailureCount (by default, while the schedule lasts), and to the error queue after
-// that. Either way the original is acked; it is nacked only when that move itself fails, or when the
+// MaximumFailureCount (by default, while the schedule lasts), and to the error queue after that.
+// Either way the original is acked; it is nacked only when that move itself fails, or when the
 // handler failed because the router is closing (that attempt is not counted). A panic in the
 // handler counts as a failure.
 func (r *Retries) Middleware(h message.HandlerFunc) message.HandlerFunc {
