@@ -79,6 +79,7 @@ func TestScheduleTxCommitOrRollBack(t *testing.T) {
 			ctx := t.Context()
 			_, err := db.ExecContext(ctx, `CREATE TABLE orders (id VARCHAR(64) PRIMARY KEY)`)
 			require.NoError(t, err)
+			<-n.manager.Ready() // ScheduleTx needs the store's table
 
 			due := time.Now().Add(4 * time.Second)
 			want := map[string]*scheduled{}
