@@ -244,6 +244,17 @@ func TestJSONOutput(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Len(t, decode(stdout)["timeouts"], 1)
 
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	require.NoError(t, err)
+	section := string(doc)[strings.Index(string(doc), "**`--json`**"):]
+	section = section[:strings.Index(section, "Time flags")]
+	for _, k := range append(statsKeys, "timeouts") {
+		require.Contains(t, section, "`"+k+"`", "docs/operations.md documents %s", k)
+	}
+	for _, k := range timeoutKeys {
+		require.Contains(t, section, `"`+k+`"`, "docs/operations.md documents %s", k)
+	}
+
 	code, _, stderr = timeoutmill(ctx, append([]string{"list", "--limit", "0"}, flags...)...)
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "--limit must be positive")
