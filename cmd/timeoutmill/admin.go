@@ -74,11 +74,11 @@ func (c *statsCmd) Run(e *env) error {
 		return err
 	}
 	defer closeStore()
-	st, err := inspector.Stats(e.ctx)
+	now := time.Now()
+	st, err := inspector.Stats(e.ctx, now)
 	if err != nil {
 		return connect.RedactError(err, c.Store)
 	}
-	now := time.Now()
 	if c.JSON {
 		out := statsJSON{
 			Endpoint: c.Endpoint, Store: connect.Redact(c.Store), At: formatJSONTime(now), Pending: st.Pending,

@@ -28,8 +28,8 @@ type Store struct {
 	reader *sql.DB
 	// pools are closed by Close: Open's two, none for New (the caller's *sql.DB stays open).
 	pools []*sql.DB
+	table string
 	q     queries
-	table string // unquoted, for CheckInfrastructure
 }
 
 type core = sqlstore.Store // embedded by this name: no exported field, no hidden Store method
@@ -39,7 +39,7 @@ const maxIn = 500
 
 // newStore returns a store whose changes w makes and whose reads reader runs.
 func newStore(w *writer, reader *sql.DB, pools []*sql.DB, table string) *Store {
-	s := &Store{writer: w, reader: reader, pools: pools, q: newQueries(table), table: table}
+	s := &Store{writer: w, reader: reader, pools: pools, table: table, q: newQueries(table)}
 	s.core = sqlstore.New(sqlstore.Dialect{
 		Name:    "sqlite",
 		DB:      reader,
@@ -173,7 +173,8 @@ func fileURI(path string) string {
 	return "file:" + strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(path)
 }
 
-// SetupInfrastructure creates the table and its indexes when they are missing.
+// SetupInfrastructure creates the table and its indexes when they are missing, and adds the key
+// column and its index to a table an older version created, in one transaction.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	if err := sqlstore.Opened(s.c()); err != nil {
 		return err
@@ -184,13 +185,34 @@ func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	return nil
 }
 
+// createTable creates the table and its indexes when they are missing, and adds the key column
+// and its index to a table an older version created, in one transaction.
 func (s *Store) createTable(ctx context.Context) error {
-	return s.writer.do(ctx, func(ctx context.Context, db execer) error {
+	return s.writer.do(ctx, inOneTransaction(func(ctx context.Context, db execer) error {
 		for _, stmt := range s.q.setup {
 			if _, err := db.ExecContext(ctx, stmt); err != nil {
 				return err
 			}
 		}
-		return nil
-	})
+		rows, err := db.QueryContext(ctx, s.q.hasKey, s.table)
+		if err != nil {
+			return err
+		}
+		var columns int
+		for rows.Next() {
+			if err := rows.Scan(&columns); err != nil {
+				return errors.Join(err, rows.Close())
+			}
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return err
+		}
+		if columns == 0 {
+			if _, err := db.ExecContext(ctx, s.q.addKey); err != nil {
+				return err
+			}
+		}
+		_, err = db.ExecContext(ctx, s.q.keyIndex)
+		return err
+	}))
 }

@@ -34,7 +34,7 @@ func ChecksInfrastructure[S Store](t *testing.T, open func(ctx context.Context, 
 	require.Equal(t, before, tables(), "checking creates nothing")
 
 	if inspector, ok := any(store).(persistence.Inspector); ok {
-		_, err = inspector.Stats(ctx)
+		_, err = inspector.Stats(ctx, time.Now())
 		require.Error(t, err, "Stats on a missing table is an error, not pending: 0")
 		_, err = inspector.List(ctx, persistence.ListOptions{})
 		require.Error(t, err, "List on a missing table is an error, not an empty list")
