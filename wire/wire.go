@@ -13,8 +13,8 @@
 // a value without a fractional part is taken as the later of the value and the time of receipt
 // plus HeaderWatermillDelayedFor, capped at the end of that second, or as the end of that second
 // without a usable HeaderWatermillDelayedFor: a message is never delivered early. A present but
-// unusable header (an unparsable time, an empty or too long destination) is ErrInvalidHeader, and
-// the message goes to the error queue.
+// unusable header (an unparsable time, a time after the year 9999, which is out of range, an empty
+// or too long destination) is ErrInvalidHeader, and the message goes to the error queue.
 //
 // Endpoint and instance names, which end up in queue names, are not empty, at most 200 bytes,
 // printable, without whitespace, and neither start nor end with a dot; others are

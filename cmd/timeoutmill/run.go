@@ -180,7 +180,7 @@ func checkClaimLease(lease time.Duration, logger watermill.LoggerAdapter) error 
 			"are announced again on every claim", lease, minClaimLease)
 	}
 	if lease < safeClaimLease {
-		logger.Info("--claim-lease is shorter than an announcement or a failing forward may take; ids still being announced "+
+		warn(logger, "--claim-lease is shorter than an announcement or a failing forward may take; ids still being announced "+
 			"or dispatched may be announced again and delivered twice (never lost)",
 			watermill.LogFields{"claim_lease": lease, "recommended_at_least": safeClaimLease})
 	}

@@ -13,6 +13,7 @@ import (
 type sqlStore interface {
 	persistence.Store
 	persistence.Installer
+	persistence.SetupChecker
 	persistence.BatchStore
 	persistence.Releaser
 	persistence.Inspector

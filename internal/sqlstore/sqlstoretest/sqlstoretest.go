@@ -110,6 +110,9 @@ func Unopened(t *testing.T, name string, stores ...Store) {
 			"CancelByOwner": func() error { _, err := store.CancelByOwner(ctx, "o"); return err },
 			"Close":         store.Close,
 		}
+		if s, ok := store.(persistence.SetupChecker); ok {
+			calls["CheckInfrastructure"] = func() error { return s.CheckInfrastructure(ctx) }
+		}
 		if s, ok := store.(persistence.Inspector); ok {
 			calls["Stats"] = func() error { _, err := s.Stats(ctx, now); return err }
 			calls["List"] = func() error { _, err := s.List(ctx, persistence.ListOptions{}); return err }
