@@ -6,6 +6,7 @@
 //	timeoutmill stats  --endpoint orders --store postgres://... [--json]
 //	timeoutmill list   --endpoint orders --store postgres://... [--owner KEY] [--json]
 //	timeoutmill cancel --endpoint orders --store postgres://... ID... | --owner KEY
+//	timeoutmill reschedule --endpoint orders --store postgres://... ID --at TIME | --in DURATION
 //	timeoutmill --version
 //
 // stats, list and cancel create nothing: on an endpoint whose table (or SQLite file) does not
@@ -38,6 +39,8 @@ type cli struct {
 	Stats  statsCmd  `cmd:"" help:"Print how many timeouts are pending, the next due and the most overdue."`
 	List   listCmd   `cmd:"" help:"List pending timeouts, earliest due first."`
 	Cancel cancelCmd `cmd:"" help:"Cancel pending timeouts by id or by owner."`
+
+	Reschedule rescheduleCmd `cmd:"" help:"Move a pending timeout's due time, keeping its id and message (--at or --in)."`
 
 	Native  nativeCmd  `cmd:"" help:"Set up and check RabbitMQ's native delay infrastructure (28 delay levels)."`
 	Migrate migrateCmd `cmd:"" help:"Move stored timeouts to RabbitMQ's native delay, while the timeout manager keeps running."`

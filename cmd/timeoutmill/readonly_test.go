@@ -176,7 +176,7 @@ func TestJSONOutput(t *testing.T) {
 		}
 		return ks
 	}
-	statsKeys := []string{"endpoint", "store", "at", "pending", "earliest_due", "latest_due", "most_overdue_seconds"}
+	statsKeys := []string{"endpoint", "store", "at", "pending", "earliest_due", "latest_due", "most_overdue_seconds", "due_now", "claimed", "by_destination"}
 
 	code, stdout, stderr := timeoutmill(ctx, append([]string{"stats", "--json"}, flags...)...)
 	require.Equal(t, 0, code, stderr)
@@ -192,7 +192,7 @@ func TestJSONOutput(t *testing.T) {
 
 	code, stdout, stderr = timeoutmill(ctx, append([]string{"list", "--json"}, flags...)...)
 	require.Equal(t, 0, code, stderr)
-	require.JSONEq(t, `{"endpoint":"orders","store":"`+dsn+`","timeouts":[]}`, stdout)
+	require.JSONEq(t, `{"endpoint":"orders","store":"`+dsn+`","timeouts":[],"next":null}`, stdout)
 
 	now := time.Now().UTC()
 	overdue := now.Add(-90 * time.Second).Truncate(time.Second).Add(123456 * time.Microsecond)
@@ -220,11 +220,11 @@ func TestJSONOutput(t *testing.T) {
 	code, stdout, stderr = timeoutmill(ctx, append([]string{"list", "--json"}, flags...)...)
 	require.Equal(t, 0, code, stderr)
 	list := decode(stdout)
-	require.ElementsMatch(t, []string{"endpoint", "store", "timeouts"}, keys(list))
+	require.ElementsMatch(t, []string{"endpoint", "store", "timeouts", "next"}, keys(list))
 	timeouts := list["timeouts"].([]any)
 	require.Len(t, timeouts, 2)
 	first, second := timeouts[0].(map[string]any), timeouts[1].(map[string]any)
-	timeoutKeys := []string{"id", "due", "destination", "owner", "failure_count", "metadata"}
+	timeoutKeys := []string{"id", "due", "destination", "owner", "key", "failure_count", "metadata"}
 	require.ElementsMatch(t, timeoutKeys, keys(first))
 	require.ElementsMatch(t, timeoutKeys, keys(second))
 	require.Equal(t, "overdue", first["id"], "earliest due first")
@@ -248,7 +248,7 @@ func TestJSONOutput(t *testing.T) {
 	require.NoError(t, err)
 	section := string(doc)[strings.Index(string(doc), "**`--json`**"):]
 	section = section[:strings.Index(section, "Time flags")]
-	for _, k := range append(statsKeys, "timeouts") {
+	for _, k := range append(statsKeys, "timeouts", "next") {
 		require.Contains(t, section, "`"+k+"`", "docs/operations.md documents %s", k)
 	}
 	for _, k := range timeoutKeys {
@@ -257,5 +257,5 @@ func TestJSONOutput(t *testing.T) {
 
 	code, _, stderr = timeoutmill(ctx, append([]string{"list", "--limit", "0"}, flags...)...)
 	require.Equal(t, 1, code)
-	require.Contains(t, stderr, "--limit must be positive")
+	require.Contains(t, stderr, "--limit must be from 1 to 10000")
 }
