@@ -268,13 +268,14 @@ LATERAL (SELECT CASE WHEN g % $3::int = 0 THEN now() - interval '1 hour' + rando
 	return nil
 }
 
-// fillLater inserts n timeouts due in 2 to 32 days, as fill makes them.
+// fillLater inserts n timeouts due in 2 to 32 days, as fill makes them. The subquery names g, or
+// PostgreSQL would draw its random() once for every row.
 func (s *scale) fillLater(ctx context.Context, n int) error {
 	md := persistence.EncodeMetadata(map[string]string{"timeoutbench": "fill"})
 	_, err := s.db.ExecContext(ctx, `INSERT INTO `+s.table+` (id, destination, due, available_at, owner, payload, metadata, failure_count)
 SELECT gen_random_uuid()::text, 'timeoutbench_nowhere', d, d, '', decode(repeat(md5(random()::text), $3::int), 'hex'), $1, 0
 FROM generate_series(1, $2::int) AS g,
-LATERAL (SELECT now() + interval '2 days' + random() * interval '30 days' AS d) AS due`, md, n, scalePayloadBytes/md5Bytes)
+LATERAL (SELECT now() + interval '2 days' + random() * interval '30 days' + g * interval '0 s' AS d) AS due`, md, n, scalePayloadBytes/md5Bytes)
 	if err != nil {
 		return fmt.Errorf("filling the store: %w", err)
 	}
