@@ -1,0 +1,173 @@
+package redistransport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/timeoutmill/timeoutmill/wire"
+)
+
+// Publisher adds messages to streams, one XADD per message, each waiting for Redis' reply.
+type Publisher struct {
+	*redisstream.Publisher
+	client *redis.Client
+	group  string
+}
+
+// Subscriber reads streams in a consumer group (see the package documentation).
+type Subscriber struct {
+	config Config
+	logger watermill.LoggerAdapter
+
+	mu     sync.Mutex
+	subs   []*redisstream.Subscriber
+	closed bool
+}
+
+// New connects to Redis and returns a Publisher and a Subscriber on it. Redis must answer a PING
+// now; later outages are ridden out (see the package documentation).
+func New(ctx context.Context, config Config, logger watermill.LoggerAdapter) (*Publisher, *Subscriber, error) {
+	config.setDefaults()
+	if err := config.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	client, err := config.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := client.Ping(ctx).Err(); err != nil {
+		_ = client.Close()
+		return nil, nil, fmt.Errorf("redistransport: %w", err)
+	}
+	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: client, Marshaller: marshaller{}}, logger)
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, fmt.Errorf("redistransport: %w", err)
+	}
+	return &Publisher{Publisher: pub, client: client, group: config.ConsumerGroup},
+		&Subscriber{config: config, logger: logger}, nil
+}
+
+// DeclareEndpoint creates the streams of endpoint (E.Timeouts, E.TimeoutsDispatcher) and the
+// error queue (wire.DefaultErrorQueue when empty), each with the consumer group, where missing.
+func (p *Publisher) DeclareEndpoint(ctx context.Context, endpoint, errorQueue string) error {
+	if errorQueue == "" {
+		errorQueue = wire.DefaultErrorQueue
+	}
+	return p.DeclareQueues(ctx, wire.TimeoutsQueue(endpoint), wire.DispatcherQueue(endpoint), errorQueue)
+}
+
+// DeclareQueues creates each stream with the consumer group, reading from its first entry, where
+// missing; existing ones are left as they are.
+func (p *Publisher) DeclareQueues(ctx context.Context, streams ...string) error {
+	for _, s := range streams {
+		if err := createGroup(ctx, p.client, s, p.group); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func createGroup(ctx context.Context, client redis.UniversalClient, stream, group string) error {
+	err := client.XGroupCreateMkStream(ctx, stream, group, "0").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("redistransport: creating consumer group %s of stream %s: %w", group, stream, err)
+	}
+	return nil
+}
+
+// Subscribe reads topic's stream in the consumer group with Config.Consumers consumers, each on a
+// connection of its own, and returns their messages on one channel.
+func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errors.New("redistransport: subscriber closed")
+	}
+	out := make(chan *message.Message)
+	var wg sync.WaitGroup
+	for i := range s.config.Consumers {
+		client, err := s.config.client()
+		if err != nil {
+			return nil, err
+		}
+		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
+			Client:        client,
+			Unmarshaller:  marshaller{},
+			ConsumerGroup: s.config.ConsumerGroup,
+			// Unique per subscription, so that a consumer that went away leaves its pending
+			// entries to be claimed rather than to a namesake.
+			Consumer:    fmt.Sprintf("%s-%d", watermill.NewShortUUID(), i),
+			OldestId:    "0",
+			MaxIdleTime: s.config.ClaimAfter,
+			// Claim more often than the default 5 s only when entries may be claimed that soon.
+			ClaimInterval: min(redisstream.DefaultClaimInterval, max(s.config.ClaimAfter/2, 100*time.Millisecond)),
+			// Without it the first read blocks until an entry comes, and Close waits for it.
+			DisableIndefiniteInitialBlock: true,
+			ConsumerTimeout:               max(redisstream.DefaultConsumerTimeout, 2*s.config.ClaimAfter),
+		}, s.logger)
+		if err != nil {
+			_ = client.Close()
+			return nil, fmt.Errorf("redistransport: %w", err)
+		}
+		s.subs = append(s.subs, sub)
+		msgs, err := sub.Subscribe(ctx, topic)
+		if err != nil {
+			return nil, fmt.Errorf("redistransport: subscribing to stream %s: %w", topic, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range msgs {
+				select {
+				case out <- m:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(out)
+	}()
+	return out, nil
+}
+
+// SubscribeInitialize creates topic's stream and the consumer group where missing.
+func (s *Subscriber) SubscribeInitialize(topic string) error {
+	client, err := s.config.client()
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	return createGroup(context.Background(), client, topic, s.config.ConsumerGroup)
+}
+
+// Close stops every subscription; entries handed out and not yet acknowledged stay pending, to be
+// claimed by another consumer after Config.ClaimAfter.
+func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var errs []error
+	for _, sub := range s.subs {
+		errs = append(errs, sub.Close())
+	}
+	return errors.Join(errs...)
+}
