@@ -36,6 +36,13 @@ type Config struct {
 	// member of the deliver group, handed one message at a time. Defaults to 1.
 	Consumers int
 
+	// MaxAckPending is how many messages the durable consumer hands out, to all instances
+	// together, before waiting for acknowledgements; it is set when the consumer is created.
+	// Defaults to 8 per consumer (8 × Consumers). A message handed out waits in the client until a
+	// consumer is free, and one that waits past AckWait is delivered again: JetStream's default
+	// of 1,000 made a backlog deliver itself twice.
+	MaxAckPending int
+
 	// AckWait is how long a message handed out may stay unacknowledged before the server
 	// delivers it again (a consumer that stopped or crashed). Defaults to 30 s. A message whose
 	// handling takes longer is handled twice.
@@ -46,6 +53,7 @@ func (c *Config) setDefaults() {
 	c.Durable = cmp.Or(c.Durable, DefaultDurable)
 	c.Consumers = cmp.Or(c.Consumers, DefaultConsumers)
 	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
+	c.MaxAckPending = cmp.Or(c.MaxAckPending, 8*c.Consumers)
 }
 
 // Validate reports the first setting that cannot work, after defaults.
@@ -68,6 +76,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Consumers < 0 || c.Consumers > maxConsumers:
 		return fmt.Errorf("%w: natstransport: Consumers must be between 1 and %d, got %d", ErrInvalidConfig, maxConsumers, c.Consumers)
+	case c.MaxAckPending < 0:
+		return fmt.Errorf("%w: natstransport: MaxAckPending must not be negative, got %d", ErrInvalidConfig, c.MaxAckPending)
 	case c.AckWait < 0:
 		return fmt.Errorf("%w: natstransport: AckWait must not be negative, got %s", ErrInvalidConfig, c.AckWait)
 	case StreamName(c.Durable) != c.Durable:

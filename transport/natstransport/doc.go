@@ -43,9 +43,11 @@
 //	nats pub orders.Timeouts 'charge order 42' -H timeout.expire:2030-01-02T15:04:05Z -H timeout.destination:payments
 //
 // A message without a UUID gets one, and a header sent more than once arrives with its values
-// joined by ", ". NATS headers cannot carry a carriage return or line feed, nor a ':' in a name,
-// and drop the spaces a value starts with: Publish refuses such a header rather than send
-// something else. The server refuses messages over its max_payload (1 MB unless configured).
+// joined by ", ". NATS headers take only printable ASCII names without ':', values without line
+// breaks, and drop the spaces a value starts with; a header outside those (a name in Cyrillic, a
+// value with a line break) travels as "_timeoutmill_b64_" + its name in unpadded base64url, with
+// its value in standard base64, and arrives through this package as it was sent. The server
+// refuses messages over its max_payload (1 MB unless configured).
 //
 // # Durability
 //
