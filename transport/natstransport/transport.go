@@ -72,7 +72,7 @@ func New(config Config, logger watermill.LoggerAdapter) (*Publisher, *Subscriber
 	jsConfig := wnats.JetStreamConfig{
 		// The streams are this package's to create (see streams.ensure): watermill-nats would name
 		// a stream after its topic, and stream names cannot hold the dots of E.Timeouts.
-		AutoProvision:     false,
+		AutoProvision: false,
 	}
 	pub, err := wnats.NewPublisherWithNatsConn(pubConn, wnats.PublisherPublishConfig{Marshaler: marshaler{}, SubjectCalculator: wnats.DefaultSubjectCalculator, JetStream: jsConfig}, logger)
 	if err != nil {
