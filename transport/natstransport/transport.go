@@ -89,6 +89,10 @@ func connect(config Config, role string) (*nats.Conn, error) {
 		nats.Timeout(connectTimeout),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500*time.Millisecond),
+		// No buffering while disconnected: a publish then fails at once, rather than time out
+		// waiting for an acknowledgement and still reach the stream after the reconnection (a
+		// forward counted as failed that was delivered after all).
+		nats.ReconnectBufSize(-1),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("natstransport: connecting: %w", err)
