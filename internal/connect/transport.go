@@ -45,7 +45,7 @@ const ServiceSQLBatchSize = 100
 // Streams and NATS JetStream. Each is handed one message at a time and waits for its ack's
 // round trip, so a backlog drains with several; the satellites batch what they are handed at
 // once. A crash can hand again up to this many messages it had in flight.
-const ServiceStreamConsumers = 16
+const ServiceStreamConsumers = 64
 
 // Transport is a Pub/Sub with queue semantics for an endpoint's queues.
 type Transport struct {
