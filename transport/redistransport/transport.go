@@ -16,11 +16,15 @@ import (
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
-// Publisher adds messages to streams, one XADD per message, each waiting for Redis' reply.
+// Publisher adds messages to streams: the messages of one Publish call in one pipeline of XADDs,
+// so that Redis writes (and, with appendfsync always, syncs) them together; Publish returns once
+// Redis replied to all of them.
 type Publisher struct {
-	*redisstream.Publisher
 	client *redis.Client
 	group  string
+
+	mu     sync.Mutex
+	closed bool
 }
 
 // Subscriber reads streams in a consumer group (see the package documentation).
@@ -28,9 +32,10 @@ type Subscriber struct {
 	config Config
 	logger watermill.LoggerAdapter
 
-	mu     sync.Mutex
-	subs   []*redisstream.Subscriber
-	closed bool
+	mu      sync.Mutex
+	subs    []*redisstream.Subscriber
+	closed  bool
+	closing chan struct{}
 }
 
 // New connects to Redis and returns a Publisher and a Subscriber on it. Redis must answer a PING
@@ -51,13 +56,48 @@ func New(ctx context.Context, config Config, logger watermill.LoggerAdapter) (*P
 		_ = client.Close()
 		return nil, nil, fmt.Errorf("redistransport: %w", err)
 	}
-	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: client, Marshaller: marshaller{}}, logger)
-	if err != nil {
-		_ = client.Close()
-		return nil, nil, fmt.Errorf("redistransport: %w", err)
+	return &Publisher{client: client, group: config.ConsumerGroup},
+		&Subscriber{config: config, logger: logger, closing: make(chan struct{})}, nil
+}
+
+// Publish adds messages to topic's stream in one pipeline, in order. An error means some may not
+// have been added.
+func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return errors.New("redistransport: publisher closed")
 	}
-	return &Publisher{Publisher: pub, client: client, group: config.ConsumerGroup},
-		&Subscriber{config: config, logger: logger}, nil
+	if len(messages) == 0 {
+		return nil
+	}
+	ctx := messages[0].Context()
+	_, err := p.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for _, msg := range messages {
+			values, err := marshaller{}.Marshal(topic, msg)
+			if err != nil {
+				return fmt.Errorf("redistransport: message %s: %w", msg.UUID, err)
+			}
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: topic, Values: values})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redistransport: adding %d messages to stream %s: %w", len(messages), topic, err)
+	}
+	return nil
+}
+
+// Close closes the connection pool.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	return p.client.Close()
 }
 
 // DeclareEndpoint creates the streams of endpoint (E.Timeouts, E.TimeoutsDispatcher) and the
@@ -135,6 +175,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 				case out <- m:
 				case <-ctx.Done():
 					return
+				case <-s.closing: // not handed over, so not acked: claimed again later
+					return
 				}
 			}
 		}()
@@ -165,6 +207,7 @@ func (s *Subscriber) Close() error {
 		return nil
 	}
 	s.closed = true
+	close(s.closing)
 	var errs []error
 	for _, sub := range s.subs {
 		errs = append(errs, sub.Close())

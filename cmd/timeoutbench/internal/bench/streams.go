@@ -215,4 +215,3 @@ func streamCeilings() []Ceiling {
 func streamSystems() []System {
 	return []System{streamSystem(redisBroker()), streamSystem(natsBroker())}
 }
-
