@@ -54,5 +54,9 @@
 // # Reconnection
 //
 // go-redis reconnects by itself: while Redis is away a Publish fails (the dispatch satellite
-// retries it) and subscriptions retry their reads every half second, then resume.
+// retries it) and subscriptions retry their reads every half second, then resume. A nacked
+// message is handed again only once Redis answers a PING, so that a forward that failed because
+// Redis went away is tried again when it is back, not in a loop during the outage (where a
+// failed forward followed by a successful move to the error queue would send a good message
+// there). Close returns once every subscription's channel is closed.
 package redistransport

@@ -36,6 +36,7 @@ type Subscriber struct {
 	subs    []*redisstream.Subscriber
 	closed  bool
 	closing chan struct{}
+	running sync.WaitGroup // subscriptions until their channel is closed
 }
 
 // New connects to Redis and returns a Publisher and a Subscriber on it. Redis must answer a PING
@@ -171,21 +172,57 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		go func() {
 			defer wg.Done()
 			for m := range msgs {
-				select {
-				case out <- m:
-				case <-ctx.Done():
-					return
-				case <-s.closing: // not handed over, so not acked: claimed again later
+				if !s.handOver(ctx, client, out, m) {
 					return
 				}
 			}
 		}()
 	}
+	s.running.Add(1)
 	go func() {
+		defer s.running.Done()
 		wg.Wait()
 		close(out)
 	}()
 	return out, nil
+}
+
+// handOver hands a copy of m to out and settles m as the copy was settled. A nacked message is
+// handed again (watermill-redisstream does that at once) only once Redis answers a PING: a
+// handler that failed because Redis went away (a forward that could not be published) is tried
+// again when it is back, as a broker that requeues on reconnection would, rather than in a loop
+// during the outage. It returns false when the subscription ends.
+func (s *Subscriber) handOver(ctx context.Context, client *redis.Client, out chan<- *message.Message, m *message.Message) bool {
+	c := m.Copy()
+	c.SetContext(m.Context())
+	select {
+	case out <- c:
+	case <-ctx.Done():
+		return false
+	case <-s.closing: // not handed over, so not acked: claimed again later
+		return false
+	}
+	select {
+	case <-c.Acked():
+		m.Ack()
+		return true
+	case <-c.Nacked():
+	case <-ctx.Done():
+		return false
+	case <-s.closing:
+		return false
+	}
+	for client.Ping(ctx).Err() != nil {
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-ctx.Done():
+			return false
+		case <-s.closing:
+			return false
+		}
+	}
+	m.Nack()
+	return true
 }
 
 // SubscribeInitialize creates topic's stream and the consumer group where missing.
@@ -212,5 +249,6 @@ func (s *Subscriber) Close() error {
 	for _, sub := range s.subs {
 		errs = append(errs, sub.Close())
 	}
+	s.running.Wait() // every subscription's channel is closed when Close returns
 	return errors.Join(errs...)
 }
