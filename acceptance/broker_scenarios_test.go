@@ -86,6 +86,8 @@ func TestOnEveryBrokerHeadersAndPayloadArriveByteForByte(t *testing.T) {
 		got := await(t, delivered, lateBound)
 		require.Equal(t, msg.UUID, got.msg.UUID)
 		require.True(t, bytes.Equal(body, got.msg.Payload), "the 1 MiB body differs (%d bytes received)", len(got.msg.Payload))
+		require.NotEmpty(t, got.msg.Metadata.Get(wire.HeaderDue), "a delivered message says the due time it was delivered for")
+		delete(got.msg.Metadata, wire.HeaderDue)
 		require.Equal(t, message.Metadata(headers), got.msg.Metadata, "every header as sent, less the routing headers")
 	})
 }
@@ -224,7 +226,7 @@ func TestOnEveryBrokerDelayedRetriesGoThroughTheDeferredQueue(t *testing.T) {
 
 		ps := e.open(t, e.endpoint+" retries", 1)
 		retries, err := recoverability.New(recoverability.Config{
-			WorkQueue: work, Endpoint: e.endpoint, Instance: "instance-1", ErrorQueue: e.errorQueue,
+			WorkQueue: work, DeferredQueue: wire.DeferredQueue(e.endpoint, "instance-1"), ErrorQueue: e.errorQueue,
 			DurationToIgnoreOnFailure: schedule, Publisher: ps.pub, Subscriber: ps.sub,
 		}, testLogger())
 		require.NoError(t, err)
@@ -239,7 +241,7 @@ func TestOnEveryBrokerDelayedRetriesGoThroughTheDeferredQueue(t *testing.T) {
 			return nil
 		}).AddMiddleware(retries.Middleware)
 		doomedRetries, err := recoverability.New(recoverability.Config{
-			WorkQueue: doomed, Endpoint: e.endpoint, Instance: "instance-2", ErrorQueue: e.errorQueue,
+			WorkQueue: doomed, DeferredQueue: wire.DeferredQueue(e.endpoint, "instance-2"), ErrorQueue: e.errorQueue,
 			DurationToIgnoreOnFailure: schedule, Publisher: ps.pub, Subscriber: ps.sub,
 		}, testLogger())
 		require.NoError(t, err)
