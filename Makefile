@@ -13,7 +13,7 @@ help: ## List the targets
 run: ## The quick start: GoChannel + embedded SQLite, no server needed (~6 s)
 	$(GO) run ./examples/quickstart
 
-test: ## Every test, with -race, against real RabbitMQ, PostgreSQL and MariaDB that it installs and starts
+test: ## Every test, with -race, against real RabbitMQ, PostgreSQL, MariaDB, Redis and NATS that it installs and starts
 	scripts/test.sh
 
 test-short: ## Unit tests only, no servers (tests needing one say they were skipped)

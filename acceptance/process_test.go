@@ -310,10 +310,12 @@ func postgresDatabase(t *testing.T, base string) string {
 // them without disturbing the shared servers. The RabbitMQ node has a name of its own and
 // shares epmd with the shared node. Both are stopped and their data removed when the test ends.
 type privateServers struct {
-	dir      string
-	pgPort   int
-	amqpPort int
-	node     string
+	dir       string
+	pgPort    int
+	amqpPort  int
+	redisPort int
+	natsPort  int // its monitoring port is this + 4000
+	node      string
 }
 
 const (
@@ -344,10 +346,12 @@ func newPrivateServers(t *testing.T) *privateServers {
 	}
 	tag := randomHex(t, 4)
 	p := &privateServers{
-		dir:      "/tmp/timeoutmill-fault-" + tag,
-		pgPort:   freePort(t, 0),
-		amqpPort: freePort(t, 20000), // the Erlang distribution port is this + 20000
-		node:     "fault" + tag + "@localhost",
+		dir:       "/tmp/timeoutmill-fault-" + tag,
+		pgPort:    freePort(t, 0),
+		amqpPort:  freePort(t, 20000), // the Erlang distribution port is this + 20000
+		redisPort: freePort(t, 0),
+		natsPort:  freePort(t, 4000),
+		node:      "fault" + tag + "@localhost",
 	}
 	t.Cleanup(func() {
 		// services.sh down without names stops all three; the MariaDB it never started is skipped.
@@ -399,11 +403,13 @@ func (p *privateServers) script(args ...string) ([]byte, error) {
 		"TIMEOUTMILL_POSTGRES_PORT="+strconv.Itoa(p.pgPort),
 		"TIMEOUTMILL_RABBITMQ_PORT="+strconv.Itoa(p.amqpPort),
 		"TIMEOUTMILL_RABBITMQ_NODENAME="+p.node,
+		"TIMEOUTMILL_REDIS_PORT="+strconv.Itoa(p.redisPort),
+		"TIMEOUTMILL_NATS_PORT="+strconv.Itoa(p.natsPort),
 	)
 	return cmd.CombinedOutput()
 }
 
-// up starts a private server ("postgres" or "rabbitmq") and returns how long that took.
+// up starts a private server ("postgres", "rabbitmq", "redis" or "nats") and returns how long that took.
 func (p *privateServers) up(t *testing.T, svc string) time.Duration {
 	t.Helper()
 	start := time.Now()
@@ -430,6 +436,12 @@ func (p *privateServers) postgresDSN() string {
 func (p *privateServers) amqpURL() string {
 	return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", p.amqpPort)
 }
+
+// redisURL is the private Redis' URL.
+func (p *privateServers) redisURL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", p.redisPort) }
+
+// natsURL is the private NATS' URL.
+func (p *privateServers) natsURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", p.natsPort) }
 
 // sigterm is what an orchestrator sends to stop a service.
 var sigterm os.Signal = syscall.SIGTERM

@@ -6,56 +6,53 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/timeoutmill/timeoutmill/internal/testenv"
 	"github.com/timeoutmill/timeoutmill/timeouts"
-	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 )
 
 // TestUniversalPubSubSuite runs Watermill's universal Pub/Sub suite against timeouts.Publisher
-// wrapping the AMQP Publisher, with the AMQP Subscriber: messages that are not delayed go straight
+// wrapping each broker's Publisher, with its Subscriber: messages that are not delayed go straight
 // through, so the timeouts publisher is a drop-in for undelayed traffic.
 //
-// Features: queue semantics (no consumer groups), at-least-once, order kept (one consumer per
-// subscription), persistent. The suite skips its TestReconnect without a restart command: it
-// would restart the broker every test shares. Run against a broker of one's own it lost no message
-// across two restarts, but it compares what was received with a list of what was published that
-// a goroutine of its own may still be filling (a message is consumed before its publisher's
-// confirm returns), so it fails now and then with "extra" messages: TestBrokerRestart covers
-// restarts instead.
+// Features: queue semantics (no consumer groups), at-least-once, persistent, one consumer per
+// subscription. Order is kept on RabbitMQ and Redis (a nacked message is handed again at once);
+// JetStream delivers a nacked message again after those behind it. The suite skips its
+// TestReconnect without a restart command: it would restart the broker every test shares. Run
+// against a RabbitMQ of one's own it lost no message across two restarts, but it compares what
+// was received with a list of what was published that a goroutine of its own may still be
+// filling (a message is consumed before its publisher's confirm returns), so it fails now and
+// then with "extra" messages: the broker restart tests cover restarts instead.
 func TestUniversalPubSubSuite(t *testing.T) {
 	t.Parallel()
-	url := testenv.AMQPURL(t)
-	prefix := "acc-universal-" + randomHex(t, 4) + "-"
-	t.Cleanup(func() {
-		conn, err := amqp.Dial(url)
-		require.NoError(t, err)
-		defer conn.Close()
-		deleteQueues(t, conn, queuesWithPrefix(t, prefix))
-	})
-	start := time.Now()
-	t.Cleanup(func() { t.Logf("the universal suite ran for %s", time.Since(start).Round(time.Millisecond)) })
+	for _, b := range brokers() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			prefix := "acc-universal-" + b.name + "-" + randomHex(t, 4) + "-"
+			t.Cleanup(func() { b.forget(t, prefix) })
+			start := time.Now()
+			t.Cleanup(func() {
+				t.Logf("%s: the universal suite ran for %s", b.name, time.Since(start).Round(time.Millisecond))
+			})
 
-	tests.TestPubSub(t, tests.Features{
-		ConsumerGroups:                      false,
-		ExactlyOnceDelivery:                 false,
-		GuaranteedOrder:                     true,
-		GuaranteedOrderWithSingleSubscriber: true,
-		Persistent:                          true,
-		// Under the race detector the full message counts (10,000 in TestPublisherClose) take
-		// minutes on two cores; the suite's short counts still exercise every test.
-		ForceShort:        raceEnabled,
-		GenerateTopicFunc: func(tctx tests.TestContext) string { return prefix + string(tctx.TestID) },
-	}, func(t *testing.T) (message.Publisher, message.Subscriber) {
-		config := amqptransport.Config{URL: url, ConnectionName: prefix + "suite"}
-		pub, sub, err := amqptransport.New(config, testLogger())
-		require.NoError(t, err)
-		delaying, err := timeouts.NewPublisher(pub, prefix+"endpoint")
-		require.NoError(t, err)
-		return delaying, sub
-	}, nil)
+			tests.TestPubSub(t, tests.Features{
+				ConsumerGroups:                      false,
+				ExactlyOnceDelivery:                 false,
+				GuaranteedOrder:                     b.name != "nats",
+				GuaranteedOrderWithSingleSubscriber: b.name != "nats",
+				Persistent:                          true,
+				// Under the race detector the full message counts (10,000 in TestPublisherClose)
+				// take minutes on two cores; the suite's short counts still exercise every test.
+				ForceShort:        raceEnabled,
+				GenerateTopicFunc: func(tctx tests.TestContext) string { return prefix + string(tctx.TestID) },
+			}, func(t *testing.T) (message.Publisher, message.Subscriber) {
+				ps := b.open(t, prefix+"suite", 1)
+				delaying, err := timeouts.NewPublisher(ps.pub, prefix+"endpoint")
+				require.NoError(t, err)
+				return delaying, ps.sub
+			}, nil)
+		})
+	}
 }
 
 // TestDelayedAndUndelayedShareOnePublisher shows the other half of the drop-in: the same

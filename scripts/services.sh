@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# services.sh starts the real servers timeoutmill's tests use (RabbitMQ, PostgreSQL 15, MariaDB),
-# each bound to 127.0.0.1 on a non-default port, from a plain shell as root: no Docker, no systemd.
+# services.sh starts the real servers timeoutmill's tests use (RabbitMQ, PostgreSQL 15, MariaDB,
+# Redis 7 and NATS 2.9 with JetStream), each bound to 127.0.0.1 on a non-default port, from a plain
+# shell as root: no Docker, no systemd.
 # It installs what is missing with apt-get, so a fresh Debian 12 machine (CI) needs nothing else.
 #
-#   scripts/services.sh up     [rabbitmq|postgres|mariadb ...]   install, start, wait, create test db/user
-#   scripts/services.sh down   [rabbitmq|postgres|mariadb ...]   stop cleanly
-#   scripts/services.sh status                                   what runs
-#   scripts/services.sh env                                      print the env file for tests
+#   scripts/services.sh up     [rabbitmq|postgres|mariadb|redis|nats ...]   install, start, wait, create test db/user
+#   scripts/services.sh down   [rabbitmq|postgres|mariadb|redis|nats ...]   stop cleanly
+#   scripts/services.sh status                                              what runs
+#   scripts/services.sh env                                                 print the env file for tests
 #
-# No name means all three. `up` is idempotent: a server that already answers is left alone (a second
+# No name means all five. `up` is idempotent: a server that already answers is left alone (a second
 # start would break a running RabbitMQ or MariaDB, see shared/design/SERVICES.md).
 #
 # Environment: TIMEOUTMILL_SERVICES_DIR (state dir, default /tmp/timeoutmill-services; every parent
 # must be traversable by user postgres), TIMEOUTMILL_RABBITMQ_PORT (5682; the Erlang distribution
 # port is this + 20000), TIMEOUTMILL_POSTGRES_PORT (5442), TIMEOUTMILL_MARIADB_PORT (3316),
+# TIMEOUTMILL_REDIS_PORT (6389), TIMEOUTMILL_NATS_PORT (4232),
 # TIMEOUTMILL_RABBITMQ_NODENAME (timeoutmill@localhost).
 set -euo pipefail
 
@@ -21,6 +23,8 @@ STATE=${TIMEOUTMILL_SERVICES_DIR:-/tmp/timeoutmill-services}
 RABBITMQ_PORT=${TIMEOUTMILL_RABBITMQ_PORT:-5682}
 POSTGRES_PORT=${TIMEOUTMILL_POSTGRES_PORT:-5442}
 MARIADB_PORT=${TIMEOUTMILL_MARIADB_PORT:-3316}
+REDIS_PORT=${TIMEOUTMILL_REDIS_PORT:-6389}
+NATS_PORT=${TIMEOUTMILL_NATS_PORT:-4232}
 # A second set of servers (another state dir and ports) needs another node name: they share epmd.
 RABBITMQ_NODE=${TIMEOUTMILL_RABBITMQ_NODENAME:-timeoutmill@localhost}
 
@@ -29,6 +33,8 @@ PG_BIN=/usr/lib/postgresql/15/bin
 RABBITMQ_DIR=$STATE/rabbitmq
 PG_DIR=$STATE/postgres
 MARIADB_DIR=$STATE/mariadb
+REDIS_DIR=$STATE/redis
+NATS_DIR=$STATE/nats
 ENV_FILE=$STATE/env
 
 # Test credentials: these servers only listen on loopback and hold throwaway data.
@@ -36,7 +42,7 @@ DB_NAME=timeoutmill
 MARIADB_USER=timeoutmill
 MARIADB_PASSWORD=timeoutmill
 
-ALL_SERVICES=(rabbitmq postgres mariadb)
+ALL_SERVICES=(rabbitmq postgres mariadb redis nats)
 # What this run learnt of each service ("up" or "down"), so that the env file need not ask again:
 # a rabbitmqctl call boots an Erlang VM, 1 s or more on a busy machine.
 declare -A KNOWN=()
@@ -127,6 +133,11 @@ install_missing() {
 		case $svc in
 		rabbitmq) for pkg in rabbitmq-server amqp-tools; do package_installed "$pkg" || missing+=("$pkg"); done ;;
 		mariadb) package_installed mariadb-server || missing+=(mariadb-server) ;;
+		redis) for pkg in redis-server redis-tools; do package_installed "$pkg" || missing+=("$pkg"); done ;;
+		nats)
+			package_installed nats-server || missing+=(nats-server)
+			command -v curl >/dev/null || missing+=(curl) # asks the monitoring port whether JetStream is ready
+			;;
 		postgres) [ -x "$PG_BIN/postgres" ] && [ -x "$PG_BIN/initdb" ] || missing+=(postgresql-15) ;;
 		esac
 	done
@@ -136,7 +147,10 @@ install_missing() {
 	[ "$(id -u)" -eq 0 ] || die "missing packages (${missing[*]}) and not root: install them first"
 	export DEBIAN_FRONTEND=noninteractive
 	timed "apt-get update" apt-get update -qq || die "apt-get update failed"
-	timed "apt-get install ${missing[*]}" to_log "$STATE/apt.log" apt-get install -y -qq -o Dpkg::Use-Pty=0 "${missing[@]}" ||
+	# --no-install-recommends: redis-server would otherwise pull in more than the server. The
+	# packages try to start their own services; the image's policy-rc.d forbids it, and we start
+	# ours by hand below.
+	timed "apt-get install ${missing[*]}" to_log "$STATE/apt.log" apt-get install -y -qq --no-install-recommends -o Dpkg::Use-Pty=0 "${missing[@]}" ||
 		{
 			show_log "$STATE/apt.log"
 			die "apt-get install ${missing[*]} failed"
@@ -428,6 +442,121 @@ mariadb_status() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Redis 7: append-only file with fsync on every write (the only setting under which an
+# acknowledged write survives a crash), daemonized, in $REDIS_DIR.
+
+redis_cli() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
+redis_ping() { [ "$(redis_cli ping 2>/dev/null)" = PONG ]; }
+redis_pid() { read_pid "$REDIS_DIR/redis.pid"; }
+
+redis_up() {
+	mkdir -p "$REDIS_DIR"
+	if redis_ping && pid_is "$(redis_pid)" redis-server; then
+		log "redis: already up (port $REDIS_PORT)"
+		return 0
+	fi
+	if ! pid_is "$(redis_pid)" redis-server; then
+		port_in_use "$REDIS_PORT" && die "redis: port $REDIS_PORT is taken by a process this script did not start"
+		rm -f "$REDIS_DIR/redis.pid"
+		# No config file: everything on the command line, so nothing of Debian's /etc/redis applies.
+		redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$REDIS_DIR" \
+			--appendonly yes --appendfsync always --save '' \
+			--daemonize yes --pidfile "$REDIS_DIR/redis.pid" --logfile "$REDIS_DIR/redis.log" 9>&- ||
+			{
+				show_log "$REDIS_DIR/redis.log"
+				die "redis did not start"
+			}
+		log "redis: started on 127.0.0.1:$REDIS_PORT"
+	fi
+	timed "redis: wait for startup" wait_for 30 "redis to answer" redis_ping ||
+		{
+			show_log "$REDIS_DIR/redis.log"
+			die "redis is not ready"
+		}
+	log "redis: up (port $REDIS_PORT, appendfsync always)"
+}
+
+redis_down() {
+	[ -d "$REDIS_DIR" ] || return 0
+	local pid
+	pid=$(redis_pid)
+	if pid_is "$pid" redis-server; then
+		kill "$pid" 2>/dev/null || true
+		wait_gone "$pid" 30
+	fi
+	rm -f "$REDIS_DIR/redis.pid"
+	log "redis: down"
+}
+
+redis_status() {
+	if pid_is "$(redis_pid)" redis-server && redis_ping; then
+		echo "redis: up (pid $(redis_pid), 127.0.0.1:$REDIS_PORT)"
+	else
+		echo "redis: down"
+		return 1
+	fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# NATS 2.9 with JetStream (file storage in $NATS_DIR/jetstream), from a config file of its own.
+
+nats_pid() { read_pid "$NATS_DIR/nats.pid"; }
+# /healthz answers ok once JetStream is ready, not just the port.
+nats_ready() { curl -fsS "http://127.0.0.1:$((NATS_PORT + 4000))/healthz" 2>/dev/null | grep -q ok; }
+
+nats_up() {
+	mkdir -p "$NATS_DIR/jetstream"
+	# max_payload: NATS refuses bigger messages (its default is 1 MB); the tests send 1 MiB bodies.
+	cat >"$NATS_DIR/nats.conf" <<-CONF
+		listen: 127.0.0.1:$NATS_PORT
+		http: 127.0.0.1:$((NATS_PORT + 4000))
+		max_payload: 8MB
+		pid_file: "$NATS_DIR/nats.pid"
+		log_file: "$NATS_DIR/nats.log"
+		jetstream {
+		  store_dir: "$NATS_DIR/jetstream"
+		}
+	CONF
+	if pid_is "$(nats_pid)" nats-server && nats_ready; then
+		log "nats: already up (port $NATS_PORT)"
+		return 0
+	fi
+	if ! pid_is "$(nats_pid)" nats-server; then
+		port_in_use "$NATS_PORT" && die "nats: port $NATS_PORT is taken by a process this script did not start"
+		rm -f "$NATS_DIR/nats.pid"
+		nohup nats-server -c "$NATS_DIR/nats.conf" >"$NATS_DIR/stdout.log" 2>&1 </dev/null 9>&- &
+		log "nats: started pid $! on 127.0.0.1:$NATS_PORT"
+	fi
+	timed "nats: wait for startup" wait_for 30 "nats to answer" nats_ready ||
+		{
+			show_log "$NATS_DIR/nats.log"
+			die "nats is not ready"
+		}
+	log "nats: up (port $NATS_PORT, monitoring $((NATS_PORT + 4000)), JetStream in $NATS_DIR/jetstream)"
+}
+
+nats_down() {
+	[ -d "$NATS_DIR" ] || return 0
+	local pid
+	pid=$(nats_pid)
+	if pid_is "$pid" nats-server; then
+		kill "$pid" 2>/dev/null || true
+		wait_gone "$pid" 30
+	fi
+	rm -f "$NATS_DIR/nats.pid"
+	log "nats: down"
+}
+
+nats_status() {
+	if pid_is "$(nats_pid)" nats-server && nats_ready; then
+		echo "nats: up (pid $(nats_pid), 127.0.0.1:$NATS_PORT)"
+	else
+		echo "nats: down"
+		return 1
+	fi
+}
+
+# ---------------------------------------------------------------------------------------------
 # The env file: one export per running server, rewritten after every up and down.
 
 is_up() {
@@ -457,6 +586,12 @@ write_env() {
 		if is_up mariadb; then
 			echo "export TIMEOUTMILL_TEST_MYSQL_DSN='$MARIADB_USER:$MARIADB_PASSWORD@tcp(127.0.0.1:$MARIADB_PORT)/$DB_NAME?parseTime=true'"
 		fi
+		if is_up redis; then
+			echo "export TIMEOUTMILL_TEST_REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0"
+		fi
+		if is_up nats; then
+			echo "export TIMEOUTMILL_TEST_NATS_URL=nats://127.0.0.1:$NATS_PORT"
+		fi
 	} >"$tmp"
 	mv "$tmp" "$ENV_FILE"
 }
@@ -471,14 +606,14 @@ services_from_args() {
 	fi
 	for svc in "$@"; do
 		case $svc in
-		rabbitmq | postgres | mariadb) echo "$svc" ;;
-		*) die "unknown service '$svc' (want rabbitmq, postgres or mariadb)" ;;
+		rabbitmq | postgres | mariadb | redis | nats) echo "$svc" ;;
+		*) die "unknown service '$svc' (want rabbitmq, postgres, mariadb, redis or nats)" ;;
 		esac
 	done
 }
 
 usage() {
-	sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 

@@ -7,10 +7,11 @@
 //	BENCH=quick make bench   # every scenario with small counts, under 2 minutes
 //	go run ./cmd/timeoutbench -mode quick -run 'GoChannel'
 //
-// It starts the RabbitMQ and PostgreSQL it needs with scripts/services.sh, as a set of servers
-// of its own (/tmp/timeoutmill-bench, ports 5702 and 5462), and stops those it started unless
-// -keep-services is given (or KEEP_SERVICES=1). With -services "" it uses the servers named by
-// TIMEOUTMILL_TEST_AMQP_URL and TIMEOUTMILL_TEST_POSTGRES_DSN, and shows the scenarios needing a
+// It starts the RabbitMQ, PostgreSQL, Redis and NATS it needs with scripts/services.sh, as a set
+// of servers of its own (/tmp/timeoutmill-bench, ports 5702, 5462, 6399 and 4242), and stops
+// those it started unless -keep-services is given (or KEEP_SERVICES=1). With -services "" it uses
+// the servers named by TIMEOUTMILL_TEST_AMQP_URL, TIMEOUTMILL_TEST_POSTGRES_DSN,
+// TIMEOUTMILL_TEST_REDIS_URL and TIMEOUTMILL_TEST_NATS_URL, and shows the scenarios needing a
 // missing one as not run.
 package main
 
@@ -159,6 +160,7 @@ func benchmark(ctx context.Context, o options, stdout, stderr io.Writer) (err er
 		if env.AMQPURL, env.PostgresDSN, err = svc.up(ctx); err != nil {
 			return err
 		}
+		env.RedisURL, env.NATSURL = svc.streams()
 		if !o.keep {
 			defer func() {
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
@@ -169,6 +171,8 @@ func benchmark(ctx context.Context, o options, stdout, stderr io.Writer) (err er
 	} else {
 		env.AMQPURL = os.Getenv("TIMEOUTMILL_TEST_AMQP_URL")
 		env.PostgresDSN = os.Getenv("TIMEOUTMILL_TEST_POSTGRES_DSN")
+		env.RedisURL = os.Getenv("TIMEOUTMILL_TEST_REDIS_URL")
+		env.NATSURL = os.Getenv("TIMEOUTMILL_TEST_NATS_URL")
 	}
 	env.Timeoutmill = o.timeoutmill
 	if env.Timeoutmill == "" && plan.ScalePending > 0 {

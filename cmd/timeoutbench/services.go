@@ -21,6 +21,8 @@ type services struct {
 	log    io.Writer
 	// started lists the servers this run started, which stop stops.
 	started []string
+	// vars is the env file of the servers, once up has run.
+	vars map[string]string
 }
 
 // benchServices is the environment of the benchmark's set of servers.
@@ -30,11 +32,13 @@ func benchServices() []string {
 		"TIMEOUTMILL_RABBITMQ_PORT=5702",
 		"TIMEOUTMILL_POSTGRES_PORT=5462",
 		"TIMEOUTMILL_RABBITMQ_NODENAME=timeoutbench@localhost",
+		"TIMEOUTMILL_REDIS_PORT=6399",
+		"TIMEOUTMILL_NATS_PORT=4242",
 	}
 }
 
 // serviceNames are the servers the benchmark needs (not MariaDB).
-func serviceNames() []string { return []string{"rabbitmq", "postgres"} }
+func serviceNames() []string { return []string{"rabbitmq", "postgres", "redis", "nats"} }
 
 func newServices(script string, log io.Writer) *services {
 	env := os.Environ()
@@ -86,7 +90,13 @@ func (s *services) up(ctx context.Context) (amqpURL, postgresDSN string, err err
 		return "", "", fmt.Errorf("%s env: %w", s.script, err)
 	}
 	vars := parseEnv(envFile.String())
+	s.vars = vars
 	return vars["TIMEOUTMILL_TEST_AMQP_URL"], vars["TIMEOUTMILL_TEST_POSTGRES_DSN"], nil
+}
+
+// streams are where the stream brokers up started are.
+func (s *services) streams() (redisURL, natsURL string) {
+	return s.vars["TIMEOUTMILL_TEST_REDIS_URL"], s.vars["TIMEOUTMILL_TEST_NATS_URL"]
 }
 
 // stop stops the servers up started.

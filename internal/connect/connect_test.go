@@ -23,6 +23,8 @@ func TestRedact(t *testing.T) {
 		"mysql://u:hunter2@tcp(127.0.0.1:3306)/db": "mysql://u:xxxxx@tcp(127.0.0.1:3306)/db",
 		"sqlite:///var/lib/t.db":                   "sqlite:///var/lib/t.db",
 		"postgres://app@db/x":                      "postgres://app@db/x",
+		"redis://:s3cret@cache:6379/0":             "redis://:xxxxx@cache:6379/0",
+		"nats://app:s3cret@nats:4222":              "nats://app:xxxxx@nats:4222",
 		"error for postgres://a:b@h/x in the text": "error for postgres://a:xxxxx@h/x in the text",
 	} {
 		require.Equal(t, want, connect.Redact(in), in)

@@ -12,12 +12,15 @@ import (
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
+	"github.com/timeoutmill/timeoutmill/transport/natstransport"
+	"github.com/timeoutmill/timeoutmill/transport/redistransport"
 	"github.com/timeoutmill/timeoutmill/transport/sqltransport"
 )
 
 // TransportSchemes lists the transport URLs OpenTransport understands, for help texts.
 const TransportSchemes = "amqp://user:pass@host:5672/vhost (or amqps://), " +
-	"postgres://user:pass@host:5432/db (SQL queues), mysql://user:pass@host:3306/db (SQL queues on MariaDB/MySQL)"
+	"postgres://user:pass@host:5432/db (SQL queues), mysql://user:pass@host:3306/db (SQL queues on MariaDB/MySQL), " +
+	"redis://user:pass@host:6379/0 (Redis Streams, or rediss://), nats://user:pass@host:4222 (NATS JetStream)"
 
 // ServiceConsumers is how many messages of one queue the timeoutmill service handles at once on
 // AMQP (amqptransport.Config.Consumers: one channel, the satellites batch what they are handed).
@@ -37,6 +40,12 @@ const ServiceSQLConsumers = 4
 // backlog costs one commit per hundred messages rather than per ten. Idle polling does not depend
 // on it.
 const ServiceSQLBatchSize = 100
+
+// ServiceStreamConsumers is how many consumers the timeoutmill service runs per queue on Redis
+// Streams and NATS JetStream. Each is handed one message at a time and waits for its ack's
+// round trip, so a backlog drains with several; the satellites batch what they are handed at
+// once. A crash can hand again up to this many messages it had in flight.
+const ServiceStreamConsumers = 64
 
 // Transport is a Pub/Sub with queue semantics for an endpoint's queues.
 type Transport struct {
@@ -62,6 +71,8 @@ func (t *Transport) Close() error {
 //	amqp://user:pass@host:5672/vhost   RabbitMQ (amqps:// for TLS)
 //	postgres://user:pass@host:5432/db?sslmode=disable   SQL queues, one table per queue (or postgresql://)
 //	mysql://user:pass@host:3306/db   SQL queues on MariaDB/MySQL (or go-sql-driver's mysql://user:pass@tcp(host:3306)/db)
+//	redis://user:pass@host:6379/0   Redis Streams, read in consumer group "timeoutmill" (rediss:// for TLS)
+//	nats://user:pass@host:4222   NATS JetStream, durable consumers with deliver group "timeoutmill" (tls:// for TLS)
 //
 // Watermill's in-process GoChannel is refused: a separate process cannot share it. An
 // unreachable server is an error worth retrying; a URL that cannot work is Permanent.
@@ -88,6 +99,26 @@ func OpenTransport(ctx context.Context, rawURL string, logger watermill.LoggerAd
 			return nil, err
 		}
 		return openSQLTransport(ctx, rawURL, sqltransport.Config{Dialect: sqltransport.MySQL, DSN: dsn, Consumers: ServiceSQLConsumers, BatchSize: ServiceSQLBatchSize}, logger)
+	case "redis", "rediss":
+		cfg := redistransport.Config{URL: rawURL, Consumers: ServiceStreamConsumers}
+		if err := cfg.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: transport %s: %w", ErrInvalid, Redact(rawURL), RedactError(err, rawURL))
+		}
+		pub, sub, err := redistransport.New(ctx, cfg, logger)
+		if err != nil {
+			return nil, fmt.Errorf("connecting to %s: %w", Redact(rawURL), RedactError(err, rawURL))
+		}
+		return &Transport{Publisher: pub, Subscriber: sub, DeclareEndpoint: pub.DeclareEndpoint}, nil
+	case "nats", "tls":
+		cfg := natstransport.Config{URL: rawURL, Consumers: ServiceStreamConsumers}
+		if err := cfg.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: transport %s: %w", ErrInvalid, Redact(rawURL), RedactError(err, rawURL))
+		}
+		pub, sub, err := natstransport.New(cfg, logger)
+		if err != nil {
+			return nil, fmt.Errorf("connecting to %s: %w", Redact(rawURL), RedactError(err, rawURL))
+		}
+		return &Transport{Publisher: pub, Subscriber: sub, DeclareEndpoint: pub.DeclareEndpoint}, nil
 	case "gochannel":
 		return nil, fmt.Errorf("%w: transport %q: Watermill's GoChannel lives inside one process, so a separate timeoutmill process cannot share it; "+
 			"embed timeouts.Manager in your program instead, or use %s", ErrUnsupported, rawURL, TransportSchemes)
@@ -128,6 +159,10 @@ func CheckExactlyOnce(transportURL, storeDSN string) error {
 		return refuse("the transport %s is RabbitMQ, which cannot take part in a database transaction", Redact(transportURL))
 	case "mysql", "mariadb":
 		return refuse("the transport %s is MariaDB/MySQL", Redact(transportURL))
+	case "redis", "rediss":
+		return refuse("the transport %s is Redis, which cannot take part in a database transaction", Redact(transportURL))
+	case "nats", "tls":
+		return refuse("the transport %s is NATS, which cannot take part in a database transaction", Redact(transportURL))
 	default:
 		return refuse("the transport %q is not PostgreSQL", Redact(transportURL))
 	}

@@ -1,15 +1,17 @@
 // Package testenv finds the real servers that tests run against, and gives each test a database
 // of its own on them.
 //
-// `make test` starts RabbitMQ, PostgreSQL and MariaDB with scripts/services.sh and exports where
-// they are:
+// `make test` starts RabbitMQ, PostgreSQL, MariaDB, Redis and NATS (with JetStream) with
+// scripts/services.sh and exports where they are:
 //
 //	TIMEOUTMILL_TEST_AMQP_URL       amqp://guest:guest@127.0.0.1:5682/
 //	TIMEOUTMILL_TEST_POSTGRES_DSN   postgres://postgres@127.0.0.1:5442/timeoutmill?sslmode=disable
 //	TIMEOUTMILL_TEST_MYSQL_DSN      timeoutmill:timeoutmill@tcp(127.0.0.1:3316)/timeoutmill?parseTime=true
+//	TIMEOUTMILL_TEST_REDIS_URL      redis://127.0.0.1:6389/0
+//	TIMEOUTMILL_TEST_NATS_URL       nats://127.0.0.1:4232
 //	TIMEOUTMILL_TEST_SQLSERVER_DSN  only when a user points the tests at a SQL Server
 //
-// A test asks for a server with PostgresDSN, MySQLDSN, AMQPURL or SQLServerDSN. When the variable
+// A test asks for a server with PostgresDSN, MySQLDSN, AMQPURL, RedisURL, NATSURL or SQLServerDSN. When the variable
 // is unset the test is skipped with a message saying how to run it, except under CI (the CI
 // variable is set) for the servers `make test` starts: there a missing server is a broken build,
 // and the test fails rather than hide it behind a skip.
@@ -31,6 +33,8 @@ const (
 	PostgresDSNEnv  = "TIMEOUTMILL_TEST_POSTGRES_DSN"
 	MySQLDSNEnv     = "TIMEOUTMILL_TEST_MYSQL_DSN"
 	AMQPURLEnv      = "TIMEOUTMILL_TEST_AMQP_URL"
+	RedisURLEnv     = "TIMEOUTMILL_TEST_REDIS_URL"
+	NATSURLEnv      = "TIMEOUTMILL_TEST_NATS_URL"
 	SQLServerDSNEnv = "TIMEOUTMILL_TEST_SQLSERVER_DSN"
 )
 
@@ -60,6 +64,18 @@ func MySQLDSN(t testing.TB) string {
 func AMQPURL(t testing.TB) string {
 	t.Helper()
 	return lookupOrStop(t, server{name: "RabbitMQ", env: AMQPURLEnv, startedByMakeTest: true})
+}
+
+// RedisURL returns the URL of the test Redis server, or skips t (fails it under CI).
+func RedisURL(t testing.TB) string {
+	t.Helper()
+	return lookupOrStop(t, server{name: "Redis", env: RedisURLEnv, startedByMakeTest: true})
+}
+
+// NATSURL returns the URL of the test NATS server (JetStream enabled), or skips t (fails it under CI).
+func NATSURL(t testing.TB) string {
+	t.Helper()
+	return lookupOrStop(t, server{name: "NATS", env: NATSURLEnv, startedByMakeTest: true})
 }
 
 // SQLServerDSN returns the DSN of a SQL Server the user pointed the tests at, or skips t: no SQL

@@ -35,7 +35,7 @@ const (
 
 // Ceilings are the raw paths every result is read against.
 func Ceilings() []Ceiling {
-	return []Ceiling{
+	return append([]Ceiling{
 		{Name: ceilingRoundTrip, Needs: []string{"rabbitmq"}, Run: roundTrip},
 		{Name: ceilingDeadLetter, Needs: []string{"rabbitmq"}, Run: deadLetterPath(true, 1)},
 		{Name: ceilingDeadLetterClass, Needs: []string{"rabbitmq"}, Run: deadLetterPath(false, 1)},
@@ -44,7 +44,7 @@ func Ceilings() []Ceiling {
 		{Name: ceilingPostgres8, Needs: []string{"postgres"}, Run: postgresCommits(8)},
 		{Name: ceilingSQLite, Run: sqliteCommits},
 		{Name: ceilingGoChannel, Run: goChannelRelay},
-	}
+	}, streamCeilings()...)
 }
 
 // arrivals counts the messages of one ceiling as they arrive.

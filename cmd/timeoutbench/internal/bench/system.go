@@ -16,6 +16,10 @@ type Env struct {
 	AMQPURL string
 	// PostgresDSN is a PostgreSQL database the run may create tables and schemas in.
 	PostgresDSN string
+	// RedisURL is a Redis the run may create streams on.
+	RedisURL string
+	// NATSURL is a NATS server with JetStream the run may create streams on.
+	NATSURL string
 	// TempDir holds SQLite files.
 	TempDir string
 	// Timeoutmill is the path of a built cmd/timeoutmill, run as the service of the scale
@@ -55,7 +59,7 @@ type Rig struct {
 type System struct {
 	// Name labels its rows.
 	Name string
-	// Needs says which servers it needs: "rabbitmq", "postgres".
+	// Needs says which servers it needs: "rabbitmq", "postgres", "redis", "nats".
 	Needs []string
 	// SQL systems move every message through SQL tables and get Plan.BacklogSQL.
 	SQL bool
@@ -71,6 +75,10 @@ func (s System) missing(env Env) string {
 			return "no RabbitMQ (set TIMEOUTMILL_TEST_AMQP_URL or let timeoutbench start one)"
 		case n == "postgres" && env.PostgresDSN == "":
 			return "no PostgreSQL (set TIMEOUTMILL_TEST_POSTGRES_DSN or let timeoutbench start one)"
+		case n == "redis" && env.RedisURL == "":
+			return "no Redis (set TIMEOUTMILL_TEST_REDIS_URL or let timeoutbench start one)"
+		case n == "nats" && env.NATSURL == "":
+			return "no NATS (set TIMEOUTMILL_TEST_NATS_URL or let timeoutbench start one)"
 		}
 	}
 	return ""

@@ -2,7 +2,7 @@ package bench
 
 // Systems are the delay mechanisms measured, timeoutmill's first, the peer last.
 func Systems() []System {
-	return []System{
+	systems := []System{
 		goChannelSystem("GoChannel + memory", openMemory),
 		goChannelSystem("GoChannel + SQLite", openSQLite),
 		rabbitMQPostgres(),
@@ -10,4 +10,6 @@ func Systems() []System {
 		nativeRabbitMQ(),
 		watermillPeer(),
 	}
+	// The stream brokers before the peer, which stays last.
+	return append(systems[:len(systems)-1:len(systems)-1], append(streamSystems(), systems[len(systems)-1])...)
 }
