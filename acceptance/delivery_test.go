@@ -3,6 +3,7 @@ package acceptance
 import (
 	"bytes"
 	"crypto/rand"
+	"maps"
 	"testing"
 	"time"
 
@@ -113,6 +114,8 @@ func TestNonASCIIHeadersAndAOneMiBBodySurviveByteForByte(t *testing.T) {
 		got := await(t, delivered, lateBound)
 		require.Equal(t, msg.UUID, got.msg.UUID)
 		require.True(t, bytes.Equal(body, got.msg.Payload), "the 1 MiB body differs (%d bytes received)", len(got.msg.Payload))
-		require.Equal(t, message.Metadata(headers), got.msg.Metadata, "every header as sent, less the routing headers")
+		want := message.Metadata(maps.Clone(headers))
+		want[wire.HeaderDue] = msg.Metadata.Get(wire.HeaderExpire) // the due time it was delivered for
+		require.Equal(t, want, got.msg.Metadata, "every header as sent, less the routing headers, plus timeout.due")
 	})
 }
