@@ -85,6 +85,10 @@ func dueChart(counts []count) chart {
 	return ch
 }
 
+// axisLabels are the lateness buckets labelled on the axis: every bar's range is in its tooltip,
+// and nineteen labels do not fit under it.
+var axisLabels = map[float64]bool{.001: true, .01: true, .1: true, 1: true, 10: true, 60: true}
+
 // latenessChart plots the forwarded messages by lateness.
 func latenessChart(buckets []latenessBucket) chart {
 	n := len(buckets)
@@ -94,8 +98,10 @@ func latenessChart(buckets []latenessBucket) chart {
 		switch {
 		case b.UpTo == 0:
 			labels[i] = ">" + shortDuration(prev)
-		default:
+		case axisLabels[b.UpTo]:
 			labels[i] = shortDuration(b.UpTo)
+		}
+		if b.UpTo != 0 {
 			prev = b.UpTo
 		}
 		values[i], texts[i] = int(b.Count), compact(int(b.Count))

@@ -197,7 +197,7 @@ var templateFuncs = template.FuncMap{
 	"num":     num,
 	"human":   func(s float64) string { return human(time.Duration(s * float64(time.Second))) },
 	"utc":     func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
-	"iso":     func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+	"when":    when,
 	"pct":     func(n, of int) int { return pct(n, of) },
 	"pct64":   func(n, of uint64) int { return pct(int(n), int(of)) },
 	"sum":     sum,
@@ -270,4 +270,12 @@ func sum(m map[string]uint64) uint64 {
 		s += v
 	}
 	return s
+}
+
+// when writes t briefly: its time of day when it is within a day of now, its date otherwise.
+func when(t, now time.Time) string {
+	if d := t.Sub(now); d < 24*time.Hour && d > -24*time.Hour {
+		return t.UTC().Format("15:04:05 UTC")
+	}
+	return t.UTC().Format("2006-01-02 15:04 UTC")
 }

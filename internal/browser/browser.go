@@ -68,6 +68,8 @@ func SetToken(token string) chromedp.Action[chromedp.Void] {
 // "10m"), and returns the result the page then shows, or an error with the refusal the dialog
 // shows.
 func Act(ctx context.Context, id, action, in string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
 	button := chromedp.CSS(row(id) + ` button[data-action="` + action + `"]`)
 	steps := []chromedp.Action[chromedp.Void]{
 		hide(`#toast`), // the result of an earlier action may still show
