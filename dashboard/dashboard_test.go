@@ -70,7 +70,7 @@ func (b *testBundle) schedule(t *testing.T, id, topic string, d time.Duration, o
 		timeouts.WithOwner(msg, owner)
 	}
 	if key != "" {
-		timeouts.WithKey(msg, key, timeouts.Replace)
+		timeouts.WithKey(msg, key, persistence.KeyReplace)
 	}
 	_, err := b.manager.Schedule(context.Background(), topic, msg)
 	require.NoError(t, err)
