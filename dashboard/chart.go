@@ -80,7 +80,7 @@ func dueChart(counts []count) chart {
 	}
 	ch := barChart("Pending by due time", labels, values, texts, tips, classes)
 	if partial {
-		ch.Note = "Hatched bars reach beyond the earliest timeouts read; their counts are bounds."
+		ch.Note = "Pale dashed bars reach beyond the earliest timeouts read; their counts are bounds."
 	}
 	return ch
 }
