@@ -87,10 +87,7 @@ func TestRescheduleMovesTheDueTime(t *testing.T) {
 
 	r := b.post(t, "/api/timeouts/moved/reschedule", `{"in":"3h"}`, bearer(token))
 	require.Equal(t, http.StatusOK, r.status, r.body)
-	var body struct {
-		Due time.Time `json:"due"`
-	}
-	body = decode[struct {
+	body := decode[struct {
 		Due time.Time `json:"due"`
 	}](t, r)
 	got, err := b.manager.Get(context.Background(), "moved")

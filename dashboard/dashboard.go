@@ -27,7 +27,7 @@ var ErrInvalidConfig = errors.New("dashboard: invalid config")
 
 // Default of Config.SampleSize, and its largest value.
 const (
-	DefaultSampleSize = 10_000
+	defaultSampleSize = 10_000
 	maxSampleSize     = 10_000
 	minTokenLength    = 16
 )
@@ -43,7 +43,7 @@ type Config struct {
 	ReadOnly bool
 	// SampleSize is how many of the earliest due timeouts the overview reads to count those due
 	// in the next minute, hour and day and to count pending timeouts by owner; beyond it the
-	// counts are shown as lower bounds. Defaults to DefaultSampleSize (10,000), which is also
+	// counts are shown as lower bounds. Defaults to 10,000, which is also
 	// the largest.
 	SampleSize int
 	// Logger receives the errors of the store that the dashboard answers with a 500 (their text
@@ -52,7 +52,7 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	c.SampleSize = cmp.Or(c.SampleSize, DefaultSampleSize)
+	c.SampleSize = cmp.Or(c.SampleSize, defaultSampleSize)
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}
 	}
