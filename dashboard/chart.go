@@ -13,6 +13,7 @@ type chart struct {
 	Title, Note   string
 	Width, Height int
 	MidX          int
+	ViewBox       string // with room either side for the outer labels
 	Baseline      float64 // y of the x axis
 	Bars          []bar
 	Empty         bool
@@ -35,7 +36,7 @@ const (
 
 // barChart lays out one bar per value; class names the bar's colour.
 func barChart(title string, labels []string, values []int, valueText []string, tips []string, classes []string) chart {
-	c := chart{Title: title, Width: chartWidth, Height: chartHeight, MidX: chartWidth / 2, Baseline: chartHeight - chartBottom}
+	c := chart{Title: title, Width: chartWidth, Height: chartHeight, MidX: chartWidth / 2, ViewBox: fmt.Sprintf("-12 0 %d %d", chartWidth+24, chartHeight), Baseline: chartHeight - chartBottom}
 	top := 0
 	for _, v := range values {
 		top = max(top, v)
