@@ -13,7 +13,7 @@ type chart struct {
 	Title, Note   string
 	Width, Height int
 	MidX          int
-	ViewBox       string // with room either side for the outer labels
+	ViewBox       string  // with room either side for the outer labels
 	Baseline      float64 // y of the x axis
 	Bars          []bar
 	Empty         bool
