@@ -5,7 +5,7 @@ SERVICES    := scripts/services.sh
 BENCH       ?= full
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-short lint up down bench
+.PHONY: help run test test-short lint up down bench screenshot
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -33,3 +33,6 @@ down: ## Stop the test servers
 
 bench: ## Measure delayed delivery beside the peers, one table (BENCH=quick: < 2 min; full: < 15 min)
 	$(GO) run ./cmd/timeoutbench -mode $(BENCH)
+
+screenshot: ## Render the dashboard in headless Chromium to docs/dashboard.png (installs chromium as root)
+	$(GO) run ./internal/screenshot -out docs/dashboard.png -chromium "$$(scripts/chromium.sh)"

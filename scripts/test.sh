@@ -16,4 +16,7 @@ fi
 
 # shellcheck disable=SC1090
 source <("$services" env)
+# The dashboard's browser tests drive Debian's chromium; this installs it once.
+TIMEOUTMILL_TEST_CHROMIUM=$(scripts/chromium.sh)
+export TIMEOUTMILL_TEST_CHROMIUM
 go test -race -count=1 -timeout "${TEST_TIMEOUT:-30m}" ./...

@@ -24,14 +24,15 @@ type Manager struct {
 	cfg    Config
 	logger watermill.LoggerAdapter
 
-	store     *satellites.Store
-	dispatch  *satellites.Dispatch
-	poller    *poller
-	publisher *Publisher
-	breakers  []*critical.CircuitBreaker
-	metrics   *metrics
-	tracing   tracing
-	stop      *lifecycle
+	store        *satellites.Store
+	dispatch     *satellites.Dispatch
+	poller       *poller
+	publisher    *Publisher
+	breakers     []*critical.CircuitBreaker
+	breakerNames []string // breakers[i]'s name
+	metrics      *metrics
+	tracing      tracing
+	stop         *lifecycle
 
 	mu         sync.Mutex
 	router     *message.Router
@@ -104,6 +105,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		recoveryBreaker.Stop()
 	}
 
+	m.breakerNames = breakerNames
 	if m.metrics, err = newMetrics(config.MetricsRegisterer, config.Endpoint, config.Store, m.breakers, breakerNames); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}

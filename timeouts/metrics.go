@@ -11,7 +11,8 @@ import (
 )
 
 // metrics are the manager's Prometheus metrics, all named timeoutmill_* and labelled with the
-// endpoint. A nil *metrics records nothing.
+// endpoint. They are kept whether or not they are registered: Manager.Activity reads them. A nil
+// *metrics records nothing.
 type metrics struct {
 	stored     prometheus.Counter
 	dispatched prometheus.Counter
@@ -25,9 +26,6 @@ type metrics struct {
 var latenessBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
 func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.Store, breakers []*critical.CircuitBreaker, breakerNames []string) (*metrics, error) {
-	if reg == nil {
-		return nil, nil
-	}
 	labels := prometheus.Labels{"endpoint": endpoint}
 	m := &metrics{
 		stored: prometheus.NewCounter(prometheus.CounterOpts{
@@ -46,6 +44,9 @@ func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.St
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "timeoutmill_failures_total", Help: "Failures by stage (fetch, store, dispatch).", ConstLabels: labels,
 		}, []string{"stage"}),
+	}
+	if reg == nil {
+		return m, nil
 	}
 	collectors := []prometheus.Collector{m.stored, m.dispatched, m.early, m.lateness, m.failures}
 	for i, b := range breakers {

@@ -52,3 +52,43 @@ timeoutmill_timeouts_early_total{endpoint="orders"} 0
 	require.NoError(t, err)
 	require.Equal(t, 1+1+3, n, "lateness histogram, pending gauge, one armed gauge per breaker")
 }
+
+func TestActivityCountsWithoutARegisterer(t *testing.T) {
+	t.Parallel()
+	b := setup(t, memory.New(), nil)
+	delivered := subscribe(t, b.pubSub, "observed")
+
+	before := b.manager.Activity()
+	require.Equal(t, "orders", before.Endpoint)
+	require.Zero(t, before.Dispatched)
+	names := []string{}
+	for _, br := range before.Breakers {
+		names = append(names, br.Name)
+		require.False(t, br.Armed, br.Name)
+	}
+	require.Equal(t, []string{"fetch", "store", "dispatch"}, names)
+
+	for range 2 {
+		msg := message.NewMessage(watermill.NewUUID(), nil)
+		timeouts.DeliverAfter(msg, 50*time.Millisecond)
+		require.NoError(t, b.manager.Publisher().Publish("observed", msg))
+	}
+	for range 2 {
+		await(t, delivered, 5*time.Second)
+	}
+	require.Eventually(t, func() bool { return b.manager.Activity().Dispatched == 2 }, 5*time.Second, 10*time.Millisecond)
+	a := b.manager.Activity()
+	require.Equal(t, uint64(2), a.Stored)
+	require.Zero(t, a.Early)
+	var inBuckets uint64
+	for i, bucket := range a.Lateness {
+		inBuckets += bucket.Count
+		if i < len(a.Lateness)-1 {
+			require.Positive(t, bucket.UpTo)
+		} else {
+			require.Zero(t, bucket.UpTo, "the last bucket is open-ended")
+		}
+	}
+	require.Equal(t, uint64(2), inBuckets, "every dispatched message is in one lateness bucket")
+	require.Contains(t, a.Failures, "dispatch")
+}

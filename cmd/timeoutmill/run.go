@@ -23,6 +23,7 @@ import (
 type runCmd struct {
 	storeFlags     `embed:""`
 	transportFlags `embed:""`
+	httpFlags      `embed:""`
 
 	Instance        string        `help:"Name of this instance in logs. Defaults to host name and process id."`
 	PollInterval    time.Duration `default:"1m" help:"Longest time between looks at the store (it also wakes at the next due time)."`
@@ -44,6 +45,11 @@ func (c *runCmd) Run(e *env) error {
 	logger := newLogger(e).With(watermill.LogFields{"endpoint": c.Endpoint, "instance": c.Instance})
 	if err := checkClaimLease(c.ClaimLease, logger); err != nil {
 		return err // before connecting to anything
+	}
+	if c.HTTP != "" {
+		if _, err := dashboardAddr(c.HTTP); err != nil {
+			return err // before connecting to anything
+		}
 	}
 	if c.ExactlyOnce {
 		if err := connect.CheckExactlyOnce(c.Transport, c.Store); err != nil {
@@ -112,6 +118,11 @@ func (c *runCmd) Run(e *env) error {
 		}
 		defer stop()
 	}
+	stopDashboard, err := c.serveDashboard(manager, logger)
+	if err != nil {
+		return err
+	}
+	defer stopDashboard()
 
 	logger.Info("Running", watermill.LogFields{"store": connect.Redact(c.Store), "transport": connect.Redact(c.Transport),
 		"exactly_once": c.ExactlyOnce, "claim_lease": c.ClaimLease})

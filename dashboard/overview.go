@@ -1,0 +1,227 @@
+package dashboard
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/timeoutmill/timeoutmill/internal/critical"
+	"github.com/timeoutmill/timeoutmill/persistence"
+)
+
+// overview is what the dashboard's first page and GET /api/stats show.
+type overview struct {
+	Endpoint string    `json:"endpoint"`
+	Now      time.Time `json:"now"`
+	Pending  int       `json:"pending"`
+	DueNow   int       `json:"due_now"`
+	Claimed  int       `json:"claimed"`
+	// Earliest and Latest are the due times of the earliest and latest pending timeouts.
+	Earliest *time.Time `json:"earliest,omitempty"`
+	Latest   *time.Time `json:"latest,omitempty"`
+	// OldestOverdue is how long the earliest overdue timeout has been due, in seconds.
+	OldestOverdue float64 `json:"oldest_overdue_seconds"`
+	// Due counts the pending timeouts by when they are due: due now, in the next minute, ...
+	Due []count `json:"due"`
+	// DueHistogram is Due in finer buckets, for the plot.
+	DueHistogram  []count        `json:"due_histogram"`
+	ByDestination []namedCount   `json:"by_destination"`
+	ByOwner       ownerCounts    `json:"by_owner"`
+	Failing       int            `json:"failing_in_sample"`
+	Dispatch      dispatchCounts `json:"dispatch"`
+	Breakers      []breaker      `json:"breakers"`
+	Critical      *criticalError `json:"critical_error,omitempty"`
+	// Sampled is how many of the earliest due timeouts were read to count Due and ByOwner.
+	Sampled int  `json:"sampled"`
+	Partial bool `json:"sample_partial"`
+}
+
+// count is the number of pending timeouts in a window of due times; AtLeast says it is a lower
+// bound (the window reaches beyond the sample). Window bounds are seconds from now.
+type count struct {
+	Label   string   `json:"label"`
+	From    *float64 `json:"from_seconds,omitempty"`
+	Before  *float64 `json:"before_seconds,omitempty"`
+	Count   int      `json:"count"`
+	AtLeast bool     `json:"at_least,omitempty"`
+	AtMost  bool     `json:"at_most,omitempty"`
+}
+
+type namedCount struct {
+	Name  string `json:"name"`
+	Count int    `json:"count"`
+}
+
+// ownerCounts counts the sampled timeouts by owner; Complete when the sample is every pending
+// timeout. NoOwner counts those without an owner.
+type ownerCounts struct {
+	Complete bool         `json:"complete"`
+	Owners   []namedCount `json:"owners"`
+	NoOwner  int          `json:"no_owner"`
+}
+
+type dispatchCounts struct {
+	Stored     uint64            `json:"stored"`
+	Dispatched uint64            `json:"dispatched"`
+	Early      uint64            `json:"early"`
+	Lateness   []latenessBucket  `json:"lateness"`
+	Failures   map[string]uint64 `json:"failures"`
+}
+
+type latenessBucket struct {
+	UpTo  float64 `json:"up_to_seconds"` // 0: later than every bucket before
+	Count uint64  `json:"count"`
+}
+
+type breaker struct {
+	Name  string `json:"name"`
+	Armed bool   `json:"armed"`
+}
+
+type criticalError struct {
+	Breaker string `json:"breaker"`
+	Message string `json:"message"`
+}
+
+// A window of due times, relative to now; before 0 means no upper end.
+type window struct {
+	label         string
+	from, before  time.Duration
+	open, overdue bool
+}
+
+var (
+	summaryWindows = []window{
+		{label: "due now", overdue: true},
+		{label: "next minute", before: time.Minute},
+		{label: "next hour", from: time.Minute, before: time.Hour},
+		{label: "next day", from: time.Hour, before: 24 * time.Hour},
+		{label: "later", from: 24 * time.Hour, open: true},
+	}
+	histogramWindows = []window{
+		{label: "overdue", overdue: true},
+		{label: "<1m", before: time.Minute},
+		{label: "1–5m", from: time.Minute, before: 5 * time.Minute},
+		{label: "5–15m", from: 5 * time.Minute, before: 15 * time.Minute},
+		{label: "15m–1h", from: 15 * time.Minute, before: time.Hour},
+		{label: "1–6h", from: time.Hour, before: 6 * time.Hour},
+		{label: "6–24h", from: 6 * time.Hour, before: 24 * time.Hour},
+		{label: "1–7d", from: 24 * time.Hour, before: 7 * 24 * time.Hour},
+		{label: ">7d", from: 7 * 24 * time.Hour, open: true},
+	}
+)
+
+// overview reads the store (Stats, and one List of the earliest SampleSize timeouts) and the
+// manager's counters.
+func (s *server) overview(ctx context.Context) (overview, error) {
+	st, err := s.m.Stats(ctx)
+	if err != nil {
+		return overview{}, err
+	}
+	// Stats takes its own now; the windows start at ours, taken after it, so a timeout Stats
+	// counted as due now is not counted again in the next minute.
+	now := time.Now()
+	sample, err := s.m.List(ctx, persistence.ListOptions{Limit: s.cfg.SampleSize})
+	if err != nil {
+		return overview{}, err
+	}
+	o := overview{
+		Endpoint: s.m.Activity().Endpoint, Now: now.UTC(), Pending: st.Pending, DueNow: st.DueNow, Claimed: st.Claimed,
+		Sampled: len(sample), Partial: len(sample) >= s.cfg.SampleSize && st.Pending > len(sample),
+	}
+	if st.Pending > 0 {
+		earliest, latest := st.Earliest.UTC(), st.Latest.UTC()
+		o.Earliest, o.Latest = &earliest, &latest
+		if st.DueNow > 0 {
+			o.OldestOverdue = max(now.Sub(st.Earliest), 0).Seconds()
+		}
+	}
+	o.Due = countWindows(summaryWindows, sample, o.Partial, now, st)
+	o.DueHistogram = countWindows(histogramWindows, sample, o.Partial, now, st)
+	o.ByDestination = sortedCounts(st.ByDestination)
+	owners := map[string]int{}
+	for _, t := range sample {
+		if t.Owner == "" {
+			o.ByOwner.NoOwner++
+		} else {
+			owners[t.Owner]++
+		}
+		if t.FailureCount > 0 {
+			o.Failing++
+		}
+	}
+	o.ByOwner.Owners = sortedCounts(owners)
+	o.ByOwner.Complete = !o.Partial
+
+	a := s.m.Activity()
+	o.Dispatch = dispatchCounts{Stored: a.Stored, Dispatched: a.Dispatched, Early: a.Early, Failures: a.Failures}
+	for _, b := range a.Lateness {
+		o.Dispatch.Lateness = append(o.Dispatch.Lateness, latenessBucket{UpTo: b.UpTo.Seconds(), Count: b.Count})
+	}
+	for _, b := range a.Breakers {
+		o.Breakers = append(o.Breakers, breaker{Name: b.Name, Armed: b.Armed})
+	}
+	var ce *critical.Error
+	if err := s.m.Err(); errors.As(err, &ce) {
+		o.Critical = &criticalError{Breaker: ce.Breaker, Message: ce.Message}
+	}
+	return o, nil
+}
+
+// countWindows counts the pending timeouts in each window. The overdue window is Stats' exact
+// DueNow; the others count the sample, the earliest due timeouts, which holds every timeout due
+// before its last one: a window ending after that is a lower bound, unless the sample is
+// complete. The open window is what Stats' Pending leaves over.
+func countWindows(windows []window, sample []persistence.Timeout, partial bool, now time.Time, st persistence.Stats) []count {
+	var horizon time.Time // every timeout due before it is in the sample
+	if partial {
+		horizon = sample[len(sample)-1].Due
+	}
+	out := make([]count, len(windows))
+	counted, exact := 0, true
+	for i, w := range windows {
+		c := count{Label: w.label}
+		switch {
+		case w.overdue:
+			c.Count = st.DueNow
+			c.Before = seconds(0)
+		case w.open:
+			c.From = seconds(w.from)
+			c.Count = max(st.Pending-counted, 0)
+			c.AtMost = !exact
+		default:
+			c.From, c.Before = seconds(w.from), seconds(w.before)
+			from, before := now.Add(w.from), now.Add(w.before)
+			for _, t := range sample {
+				if t.Due.After(now) && !t.Due.Before(from) && t.Due.Before(before) {
+					c.Count++
+				}
+			}
+			if partial && before.After(horizon) {
+				c.AtLeast, exact = true, false
+			}
+		}
+		counted += c.Count
+		out[i] = c
+	}
+	return out
+}
+
+func seconds(d time.Duration) *float64 {
+	s := d.Seconds()
+	return &s
+}
+
+// sortedCounts lists counts, largest first, then by name.
+func sortedCounts(m map[string]int) []namedCount {
+	out := make([]namedCount, 0, len(m))
+	for name, n := range m {
+		out = append(out, namedCount{Name: name, Count: n})
+	}
+	slices.SortFunc(out, func(a, b namedCount) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
