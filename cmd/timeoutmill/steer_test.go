@@ -45,7 +45,7 @@ func TestRescheduleListFiltersAndPages(t *testing.T) {
 	code, stdout, stderr := cli("reschedule", "t4", "--in=-1h") // the past means now
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "rescheduled t4 to ")
-	code, stdout, stderr = cli("reschedule", "t0", "--at", now.Add(30*time.Hour).UTC().Format(time.RFC3339Nano))
+	code, _, stderr = cli("reschedule", "t0", "--at", now.Add(30*time.Hour).UTC().Format(time.RFC3339Nano))
 	require.Equal(t, 0, code, stderr)
 	code, stdout, stderr = cli("reschedule", "nope", "--in", "1h")
 	require.Equal(t, 1, code)
