@@ -117,9 +117,10 @@ func (p *Publisher) Setup(ctx context.Context) error {
 }
 
 // Verify checks the delay infrastructure without changing it, as `timeoutmill native verify`
-// does: nil when every exchange, queue, queue argument and binding is as Setup declares it, an
+// does: nil when every exchange, queue, queue argument and binding is as Setup declares it, the
+// guard included, no message waits in the unroutable queue and every level passes a probe on; an
 // error wrapping ErrTopology that lists each problem otherwise, or another error when it could
-// not check.
+// not check. A stuck level takes it a few seconds to find (the probe's wait).
 func (p *Publisher) Verify(ctx context.Context) error {
 	conn, err := p.connection()
 	if err != nil {
