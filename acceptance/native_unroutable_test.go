@@ -50,6 +50,19 @@ func (e *nativeEnv) messages(t *testing.T, queue string) int {
 	return q.Messages
 }
 
+// awaitMessages waits until queue holds want ready messages (messages given back reach the count
+// a moment later), and fails if it does not within a generous while.
+func (e *nativeEnv) awaitMessages(t *testing.T, queue string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for got := e.messages(t, queue); got != want; got = e.messages(t, queue) {
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s holds %d messages, not %d", queue, got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // deleteQueue deletes queue, as an operator decommissioning an endpoint does.
 func (e *nativeEnv) deleteQueue(t *testing.T, queue string) {
 	t.Helper()
@@ -106,8 +119,7 @@ func TestNativeDeletedDestinationNeverBlocksALevel(t *testing.T) {
 	}
 	require.Empty(t, arrivals.duplicates())
 
-	require.Eventually(t, func() bool { return e.messages(t, e.topo.UnroutableQueue()) == orphans }, 30*time.Second, 100*time.Millisecond,
-		"the %d messages of the deleted queue wait in %s", orphans, e.topo.UnroutableQueue())
+	e.awaitMessages(t, e.topo.UnroutableQueue(), orphans) // the messages of the deleted queue
 	t.Logf("%d of %d live messages sent through the level of %d orphans arrived, the latest %s after due (%s after the first was sent); all %d orphans in %s",
 		arrivals.distinct(), len(due), orphans, latest.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), orphans, e.topo.UnroutableQueue())
 
@@ -119,13 +131,13 @@ func TestNativeDeletedDestinationNeverBlocksALevel(t *testing.T) {
 	code, out = e.cli(t, bin, "native", "unroutable", "list")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, gone+": 40 (queue missing)")
-	require.Equal(t, orphans, e.messages(t, e.topo.UnroutableQueue()), "listing takes nothing")
+	e.awaitMessages(t, e.topo.UnroutableQueue(), orphans) // listing takes nothing: what it read goes back
 
 	// Replaying while the queue is missing leaves them where they are.
 	code, out = e.cli(t, bin, "native", "unroutable", "replay")
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, "0 message(s) replayed, 40 stay")
-	require.Equal(t, orphans, e.messages(t, e.topo.UnroutableQueue()))
+	e.awaitMessages(t, e.topo.UnroutableQueue(), orphans)
 
 	// The endpoint comes back: replay delivers every one, once, as it was sent.
 	back := e.queue(t, "decommissioned")
@@ -142,7 +154,7 @@ func TestNativeDeletedDestinationNeverBlocksALevel(t *testing.T) {
 		require.NotEmpty(t, msg.Metadata.Get("n"), "headers intact")
 	}
 	require.Empty(t, returned.duplicates())
-	require.Zero(t, e.messages(t, e.topo.UnroutableQueue()))
+	e.awaitMessages(t, e.topo.UnroutableQueue(), 0)
 	code, out = e.cli(t, bin, "native", "verify")
 	require.Equal(t, 0, code, out)
 }
@@ -235,7 +247,7 @@ func TestNativeOlderTopologyIsReportedAndGuarded(t *testing.T) {
 		got, _, _ := arrivals.first(id)
 		require.Less(t, got.Sub(at), nativeLateBound, "on time")
 	}
-	require.Eventually(t, func() bool { return e.messages(t, e.topo.UnroutableQueue()) == orphans }, 30*time.Second, 100*time.Millisecond)
+	e.awaitMessages(t, e.topo.UnroutableQueue(), orphans)
 }
 
 // rawDelayed publishes n messages for dest into delay level `level` alone, as a Publisher of an

@@ -97,6 +97,14 @@ func (v *verifier) stuck(ctx context.Context, p *prober, via string) error {
 		}
 	}
 
+	arrived := func(d amqp.Delivery) {
+		mark, _ := d.Headers[stuckHeader].(string)
+		if got, level, ok := strings.Cut(mark, "/"); ok && got == run {
+			if l, err := strconv.Atoi(level); err == nil {
+				delete(deadlines, l)
+			}
+		}
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for len(deadlines) > 0 {
@@ -114,13 +122,20 @@ func (v *verifier) stuck(ctx context.Context, p *prober, via string) error {
 			if !ok {
 				return fmt.Errorf("rabbitmq: the queue watching the levels was closed: %w", amqp.ErrClosed)
 			}
-			mark, _ := d.Headers[stuckHeader].(string)
-			if got, level, ok := strings.Cut(mark, "/"); ok && got == run {
-				if l, err := strconv.Atoi(level); err == nil {
-					delete(deadlines, l)
+			arrived(d)
+		case now := <-timer.C:
+			// What arrived while Verify was busy counting is not late: take it first.
+			for drained := false; !drained; {
+				select {
+				case d, ok := <-deliveries:
+					if !ok {
+						return fmt.Errorf("rabbitmq: the queue watching the levels was closed: %w", amqp.ErrClosed)
+					}
+					arrived(d)
+				default:
+					drained = true
 				}
 			}
-		case now := <-timer.C:
 			for level := range Levels {
 				if d, ok := deadlines[level]; ok && !d.After(now) {
 					v.problem("queue "+t.Queue(level), "is stuck: it passes nothing on (a probe that expired at the head of the queue did not come out of the levels within %s). "+
