@@ -13,8 +13,9 @@ import (
 )
 
 // StuckWait is how long Verify gives a probe that expires at once at the head of a level's queue
-// to come out of the levels. Moving one message on takes the broker milliseconds.
-const StuckWait = 5 * time.Second
+// to come out of the levels. Moving one message on takes the broker milliseconds; the margin is
+// for a broker or machine under heavy load, and is only waited out when a level is stuck.
+const StuckWait = 15 * time.Second
 
 // maxAheadWait bounds how long Verify waits for the messages ahead of a probe in a level's queue
 // to expire: levels whose TTL is longer are watched only when nothing is ahead of their probe.

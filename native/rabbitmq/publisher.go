@@ -105,7 +105,9 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 }
 
 // Setup declares the delay infrastructure (idempotent): every exchange, queue and binding of the
-// 28 levels, the delivery exchange and the probe queue, as `timeoutmill native setup` does. A
+// 28 levels, the delivery exchange, the guard and its unroutable queue (see the package
+// documentation), and the probe queue, as `timeoutmill native setup` does; on infrastructure an
+// earlier version set up, it adds the guard. A
 // queue that exists with other arguments (another TTL, another queue type) makes it fail with the
 // broker's PRECONDITION_FAILED, naming the queue; Verify lists every such difference.
 func (p *Publisher) Setup(ctx context.Context) error {
