@@ -59,7 +59,8 @@ func (e *VerifyError) Unwrap() error { return ErrTopology }
 //
 // The guard (DestinationsExchange with its alternate exchange, UnroutableExchange and
 // UnroutableQueue) is checked like the rest: an earlier setup lacks it, and Verify says what that
-// risks. Messages waiting in UnroutableQueue are a problem too: someone has to replay them.
+// risks. Messages waiting in UnroutableQueue are a problem too: someone has to replay them. The
+// binding of UnroutableQueue to its exchange is not probed: a probe would stay in the queue.
 //
 // Last, Verify watches every level pass a message on (see StuckWait): a level whose
 // dead-lettering is stuck, held by messages it cannot deliver, is a problem naming the level.
@@ -200,7 +201,7 @@ func (v *verifier) run(ctx context.Context) error {
 // exchange and queue, and reports the messages waiting in that queue.
 func (v *verifier) guard(ctx context.Context, present map[string]bool) error {
 	t := v.t
-	const why = " (the guard: without it, a message whose destination queue was deleted while it was delayed stays in its delay level, " +
+	const why = " (the guard: without it, a message whose destination queue was deleted while it was delayed stays in its quorum delay level, " +
 		"retried every few minutes, and 32 such messages stop the level for every destination; `timeoutmill native setup` adds it)"
 	before := len(v.problems)
 	var err error
