@@ -26,6 +26,11 @@ const jamDelay = 4 * time.Second
 // than the 32 a quorum level's dead-letter worker holds before it stops passing anything on.
 const orphans = 40
 
+// deadLetterResend bounds the time a quorum level's dead-letter worker takes to move a message on:
+// it retries one it could not route, or whose confirm it did not get (seen under the parallel
+// race suite), 3 minutes later; a minute more for a busy machine.
+const deadLetterResend = 4 * time.Minute
+
 // nativeCLI runs the timeoutmill binary's native commands against the test's infrastructure.
 func (e *nativeEnv) cli(t *testing.T, bin string, args ...string) (int, string) {
 	t.Helper()
@@ -51,10 +56,10 @@ func (e *nativeEnv) messages(t *testing.T, queue string) int {
 }
 
 // awaitMessages waits until queue holds want ready messages (messages given back reach the count
-// a moment later), and fails if it does not within a generous while.
-func (e *nativeEnv) awaitMessages(t *testing.T, queue string, want int) {
+// a moment later), and fails if it does not within.
+func (e *nativeEnv) awaitMessages(t *testing.T, queue string, want int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(within)
 	for got := e.messages(t, queue); got != want; got = e.messages(t, queue) {
 		if time.Now().After(deadline) {
 			t.Fatalf("queue %s holds %d messages, not %d", queue, got, want)
@@ -119,7 +124,7 @@ func TestNativeDeletedDestinationNeverBlocksALevel(t *testing.T) {
 	}
 	require.Empty(t, arrivals.duplicates())
 
-	e.awaitMessages(t, e.topo.UnroutableQueue(), orphans) // the messages of the deleted queue
+	e.awaitMessages(t, e.topo.UnroutableQueue(), orphans, deadLetterResend) // the messages of the deleted queue
 	t.Logf("%d of %d live messages sent through the level of %d orphans arrived, the latest %s after due (%s after the first was sent); all %d orphans in %s",
 		arrivals.distinct(), len(due), orphans, latest.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), orphans, e.topo.UnroutableQueue())
 
@@ -131,13 +136,13 @@ func TestNativeDeletedDestinationNeverBlocksALevel(t *testing.T) {
 	code, out = e.cli(t, bin, "native", "unroutable", "list")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, gone+": 40 (queue missing)")
-	e.awaitMessages(t, e.topo.UnroutableQueue(), orphans) // listing takes nothing: what it read goes back
+	e.awaitMessages(t, e.topo.UnroutableQueue(), orphans, 30*time.Second) // listing takes nothing: what it read goes back
 
 	// Replaying while the queue is missing leaves them where they are.
 	code, out = e.cli(t, bin, "native", "unroutable", "replay")
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, "0 message(s) replayed, 40 stay")
-	e.awaitMessages(t, e.topo.UnroutableQueue(), orphans)
+	e.awaitMessages(t, e.topo.UnroutableQueue(), orphans, 30*time.Second)
 
 	// The endpoint comes back: replay delivers every one, once, as it was sent.
 	back := e.queue(t, "decommissioned")
@@ -154,7 +159,7 @@ func TestNativeDeletedDestinationNeverBlocksALevel(t *testing.T) {
 		require.NotEmpty(t, msg.Metadata.Get("n"), "headers intact")
 	}
 	require.Empty(t, returned.duplicates())
-	e.awaitMessages(t, e.topo.UnroutableQueue(), 0)
+	e.awaitMessages(t, e.topo.UnroutableQueue(), 0, 30*time.Second)
 	code, out = e.cli(t, bin, "native", "verify")
 	require.Equal(t, 0, code, out)
 }
@@ -226,7 +231,7 @@ func TestNativeOlderTopologyIsReportedAndGuarded(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	returned := e.receive(t, gone)
 	start = time.Now()
-	returned.wait(t, orphans, 5*time.Minute)
+	returned.wait(t, orphans, 2*deadLetterResend) // its next attempt, and one more should a confirm be slow
 	for id := range lost {
 		_, _, ok := returned.first(id)
 		require.True(t, ok, "held message %s arrived", id)
@@ -247,7 +252,7 @@ func TestNativeOlderTopologyIsReportedAndGuarded(t *testing.T) {
 		got, _, _ := arrivals.first(id)
 		require.Less(t, got.Sub(at), nativeLateBound, "on time")
 	}
-	e.awaitMessages(t, e.topo.UnroutableQueue(), orphans)
+	e.awaitMessages(t, e.topo.UnroutableQueue(), orphans, deadLetterResend)
 }
 
 // rawDelayed publishes n messages for dest into delay level `level` alone, as a Publisher of an
