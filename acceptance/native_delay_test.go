@@ -71,9 +71,14 @@ func TestNativeVerifyAfterSetupAndAfterAQueueIsDeleted(t *testing.T) {
 				got = append(got, b.Source+" -> "+b.Destination+" on "+b.Key)
 			}
 		}
+		// Destinations are bound through the guard, whose alternate exchange keeps what it
+		// cannot route in the unroutable queue.
 		want := []string{
-			e.topo.DeliveryExchange() + " -> " + dest + " on " + strings.Repeat("*.", nativedelay.Levels) + dest,
-			e.topo.DeliveryExchange() + " -> " + e.topo.ProbeQueue() + " on " + strings.Repeat("*.", nativedelay.Levels) + e.topo.ProbeQueue(),
+			e.topo.DeliveryExchange() + " -> " + e.topo.DestinationsExchange() + " on " + strings.Repeat("*.", nativedelay.Levels) + dest,
+			e.topo.DestinationsExchange() + " -> " + dest + " on " + strings.Repeat("*.", nativedelay.Levels) + dest,
+			e.topo.DeliveryExchange() + " -> " + e.topo.DestinationsExchange() + " on " + strings.Repeat("*.", nativedelay.Levels) + e.topo.ProbeQueue(),
+			e.topo.DestinationsExchange() + " -> " + e.topo.ProbeQueue() + " on " + strings.Repeat("*.", nativedelay.Levels) + e.topo.ProbeQueue(),
+			e.topo.UnroutableExchange() + " -> " + e.topo.UnroutableQueue() + " on ",
 		}
 		for level := 0; level < nativedelay.Levels; level++ {
 			stars := strings.Repeat("*.", nativedelay.Levels-1-level)

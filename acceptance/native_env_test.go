@@ -59,6 +59,9 @@ func newNativeEnv(t *testing.T) *nativeEnv {
 			}
 			_, _ = ch.QueueDelete(e.topo.ProbeQueue(), false, false, false)
 			_ = ch.ExchangeDelete(e.topo.DeliveryExchange(), false, false)
+			_, _ = ch.QueueDelete(e.topo.UnroutableQueue(), false, false, false)
+			_ = ch.ExchangeDelete(e.topo.DestinationsExchange(), false, false)
+			_ = ch.ExchangeDelete(e.topo.UnroutableExchange(), false, false)
 			_ = ch.Close()
 		}
 		_ = conn.Close()

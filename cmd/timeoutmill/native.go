@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -16,7 +17,15 @@ import (
 // nativeCmd groups the commands of RabbitMQ's native delay.
 type nativeCmd struct {
 	Setup  nativeSetupCmd  `cmd:"" help:"Declare RabbitMQ's native delay infrastructure: 28 delay levels, the delivery exchange and their bindings (idempotent)."`
-	Verify nativeVerifyCmd `cmd:"" help:"Check every exchange, queue, TTL, dead-letter target and binding of the native delay infrastructure; exit 1 naming each missing or wrong piece."`
+	Verify nativeVerifyCmd `cmd:"" help:"Check every exchange, queue, TTL, dead-letter target and binding of the native delay infrastructure, the guard against deleted destinations, and that every level moves; exit 1 naming each problem."`
+
+	Unroutable nativeUnroutableCmd `cmd:"" help:"Messages whose destination queue was deleted while they were delayed: they wait in PREFIX.delay-unroutable."`
+}
+
+// nativeUnroutableCmd groups the commands on the messages the guard set aside.
+type nativeUnroutableCmd struct {
+	List   nativeUnroutableListCmd   `cmd:"" help:"Count the messages waiting in PREFIX.delay-unroutable by destination, and say whether each destination queue exists now (the messages stay)."`
+	Replay nativeUnroutableReplayCmd `cmd:"" help:"Deliver the messages waiting in PREFIX.delay-unroutable to their destination queues, where those exist again; the others stay."`
 }
 
 // nativeFlags name the broker and its delay infrastructure.
@@ -82,15 +91,17 @@ func (c *nativeSetupCmd) Run(e *env) error {
 	if err := topo.Setup(e.ctx, conn); err != nil {
 		return connect.RedactError(err, c.Transport)
 	}
-	fmt.Fprintf(e.stdout, "native delay infrastructure ready on %s:\n  exchanges and queues %s .. %s, exchange %s, queue %s\n",
-		c.describe(), topo.Exchange(nativedelay.Levels-1), topo.Exchange(0), topo.DeliveryExchange(), topo.ProbeQueue())
+	fmt.Fprintf(e.stdout, "native delay infrastructure ready on %s:\n  exchanges and queues %s .. %s, exchange %s, queue %s\n"+
+		"  guard: exchange %s, whose alternate exchange %s keeps what it cannot route in queue %s\n",
+		c.describe(), topo.Exchange(nativedelay.Levels-1), topo.Exchange(0), topo.DeliveryExchange(), topo.ProbeQueue(),
+		topo.DestinationsExchange(), topo.UnroutableExchange(), topo.UnroutableQueue())
 	if len(c.Destination) == 0 {
 		return nil
 	}
 	if err := topo.BindDestinations(e.ctx, conn, c.Destination...); err != nil {
 		return connect.RedactError(err, c.Transport)
 	}
-	fmt.Fprintf(e.stdout, "  destinations bound to %s on %sQUEUE: %s\n", topo.DeliveryExchange(), strings.Repeat("*.", nativedelay.Levels), strings.Join(c.Destination, ", "))
+	fmt.Fprintf(e.stdout, "  destinations bound through %s on %sQUEUE: %s\n", topo.DestinationsExchange(), strings.Repeat("*.", nativedelay.Levels), strings.Join(c.Destination, ", "))
 	return nil
 }
 
@@ -112,13 +123,86 @@ func (c *nativeVerifyCmd) Run(e *env) error {
 		for i, p := range verr.Problems {
 			lines[i] = "  " + p.String()
 		}
-		return fmt.Errorf("native delay infrastructure on %s: %d problem(s); `timeoutmill native setup` declares what is missing:\n%s",
+		return fmt.Errorf("native delay infrastructure on %s: %d problem(s) (`timeoutmill native setup` declares missing pieces):\n%s",
 			c.describe(), len(lines), strings.Join(lines, "\n"))
 	}
 	if err != nil {
 		return connect.RedactError(err, c.Transport)
 	}
-	fmt.Fprintf(e.stdout, "native delay infrastructure on %s: ok\n  %d levels (exchange, queue, TTL, dead-letter exchange, bindings), delivery exchange, probe queue\n",
+	fmt.Fprintf(e.stdout, "native delay infrastructure on %s: ok\n  %d levels (exchange, queue, TTL, dead-letter exchange, bindings), delivery exchange, guard, probe queue; every level watched moves\n",
 		c.describe(), nativedelay.Levels)
 	return nil
+}
+
+type nativeUnroutableListCmd struct {
+	nativeFlags `embed:""`
+	Limit       int `default:"100000" help:"Read at most this many messages."`
+}
+
+// Run counts the messages in the unroutable queue by destination.
+func (c *nativeUnroutableListCmd) Run(e *env) error {
+	topo, conn, err := c.topology()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	counts, err := topo.ListUnroutable(e.ctx, conn, c.Limit)
+	if err != nil {
+		return connect.RedactError(err, c.Transport)
+	}
+	printUnroutable(e, topo, counts, false)
+	return nil
+}
+
+type nativeUnroutableReplayCmd struct {
+	nativeFlags `embed:""`
+	Destination []string `name:"destination" sep:"none" placeholder:"QUEUE" help:"Replay only the messages for this destination queue (repeatable); all by default."`
+}
+
+// Run delivers the messages of the unroutable queue whose destination queue exists; exit 1 when
+// some stay.
+func (c *nativeUnroutableReplayCmd) Run(e *env) error {
+	topo, conn, err := c.topology()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	counts, err := topo.ReplayUnroutable(e.ctx, conn, c.Destination)
+	printUnroutable(e, topo, counts, true)
+	if err != nil {
+		return connect.RedactError(err, c.Transport)
+	}
+	for _, u := range counts {
+		if u.Messages > u.Replayed && (len(c.Destination) == 0 || slices.Contains(c.Destination, u.Destination)) {
+			return fmt.Errorf("some messages stay in %s: create their destination queue, then replay again", topo.UnroutableQueue())
+		}
+	}
+	return nil
+}
+
+func printUnroutable(e *env, topo nativedelay.Topology, counts []nativedelay.Unroutable, replay bool) {
+	total, replayed := 0, 0
+	for _, u := range counts {
+		total += u.Messages
+		replayed += u.Replayed
+	}
+	if replay {
+		fmt.Fprintf(e.stdout, "%s: %d message(s) replayed, %d stay\n", topo.UnroutableQueue(), replayed, total-replayed)
+	} else {
+		fmt.Fprintf(e.stdout, "%s: %d message(s)\n", topo.UnroutableQueue(), total)
+	}
+	for _, u := range counts {
+		dest, state := u.Destination, "queue missing"
+		switch {
+		case dest == "":
+			dest, state = "(routing key names no destination)", "cannot be replayed"
+		case u.QueueExists:
+			state = "queue exists"
+		}
+		if replay {
+			fmt.Fprintf(e.stdout, "  %s: %d replayed, %d stay (%s)\n", dest, u.Replayed, u.Messages-u.Replayed, state)
+		} else {
+			fmt.Fprintf(e.stdout, "  %s: %d (%s)\n", dest, u.Messages, state)
+		}
+	}
 }

@@ -39,6 +39,9 @@ func newNativeBroker(t *testing.T) *nativeBroker {
 			}
 			_, _ = ch.QueueDelete(topo.ProbeQueue(), false, false, false)
 			_ = ch.ExchangeDelete(topo.DeliveryExchange(), false, false)
+			_, _ = ch.QueueDelete(topo.UnroutableQueue(), false, false, false)
+			_ = ch.ExchangeDelete(topo.DestinationsExchange(), false, false)
+			_ = ch.ExchangeDelete(topo.UnroutableExchange(), false, false)
 			_ = ch.Close()
 		}
 		_ = conn.Close()
@@ -89,7 +92,7 @@ func TestNativeSetupAndVerify(t *testing.T) {
 	dest := b.queue(t, "orders")
 	code, stdout, stderr = timeoutmill(ctx, append([]string{"native", "setup", "--destination", dest}, flags...)...)
 	require.Equal(t, 0, code, stderr)
-	require.Contains(t, stdout, "destinations bound to "+b.prefix+".delay-delivery")
+	require.Contains(t, stdout, "destinations bound through "+b.prefix+".delay-destinations")
 	require.Contains(t, stdout, dest)
 	code, _, stderr = timeoutmill(ctx, append([]string{"native", "setup", "--destination", dest + "-missing"}, flags...)...)
 	require.Equal(t, 1, code)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 // Levels is the number of delay levels: level L delays by 2^L seconds, L = 27 down to 0.
@@ -37,12 +39,19 @@ var (
 // Seconds is the whole number of seconds a delay takes in the levels: the delay rounded up, so a
 // message is never delivered early, and 0 for a delay of zero or less (delivered at once). A
 // delay beyond MaxDelaySeconds is ErrDelayTooLong.
+//
+// A part of a second shorter than wire.Precision is not rounded up. Due times are kept to
+// wire.Precision, rounded up (timeouts.DeliverAfter, the Watermill delay headers), so a delay of
+// whole seconds asked for and published at once comes out up to a microsecond longer than those
+// seconds; rounding that up would add a whole second. Dropping it cannot make a message early:
+// the broker starts the level's TTL when it has the message, later than the moment the delay was
+// measured from by far more than a microsecond.
 func Seconds(delay time.Duration) (uint32, error) {
 	if delay <= 0 {
 		return 0, nil
 	}
 	s := int64(delay / time.Second)
-	if delay%time.Second != 0 {
+	if delay%time.Second >= wire.Precision {
 		s++
 	}
 	if s > MaxDelaySeconds {

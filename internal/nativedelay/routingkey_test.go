@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
+	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 // bits writes the 28 words of a routing key from the digits given for the low levels: bits("101")
@@ -31,7 +32,10 @@ func TestRoutingKeyKnownAnswers(t *testing.T) {
 		{"0 s goes straight to delivery", 0, "orders", -1, bits("") + "orders"},
 		{"negative is 0", -5 * time.Minute, "orders", -1, bits("") + "orders"},
 		{"1 s", time.Second, "orders", 0, bits("1") + "orders"},
-		{"a nanosecond rounds up to 1 s", time.Nanosecond, "orders", 0, bits("1") + "orders"},
+		{"a microsecond rounds up to 1 s", time.Microsecond, "orders", 0, bits("1") + "orders"},
+		{"less than a microsecond is the rounding of a due time, not a delay", 999 * time.Nanosecond, "orders", -1, bits("") + "orders"},
+		{"2 s and the rounding of a due time is 2 s", 2*time.Second + 999*time.Nanosecond, "orders", 1, bits("10") + "orders"},
+		{"2 s and a microsecond rounds up to 3 s", 2*time.Second + time.Microsecond, "orders", 1, bits("11") + "orders"},
 		{"2 s", 2 * time.Second, "orders", 1, bits("10") + "orders"},
 		{"3 s", 3 * time.Second, "orders", 1, bits("11") + "orders"},
 		{"2.5 s rounds up to 3", 2500 * time.Millisecond, "orders", 1, bits("11") + "orders"},
@@ -63,7 +67,7 @@ func TestDelayBeyondTheLevelsIsAnErrorNamingTheMaximum(t *testing.T) {
 	t.Parallel()
 	for _, d := range []time.Duration{
 		(nativedelay.MaxDelaySeconds + 1) * time.Second,
-		nativedelay.MaxDelay + time.Nanosecond, // rounds up past the maximum
+		nativedelay.MaxDelay + time.Microsecond, // rounds up past the maximum
 		1<<63 - 1,
 	} {
 		_, err := nativedelay.Seconds(d)
@@ -170,7 +174,8 @@ func FuzzRoutingKey(f *testing.F) {
 			require.Greater(t, time.Duration(delay), nativedelay.MaxDelay-time.Second)
 			return
 		}
-		require.GreaterOrEqual(t, time.Duration(seconds)*time.Second, time.Duration(delay), "never early")
+		// Less than wire.Precision over whole seconds is the rounding up of a due time: not a second more.
+		require.Greater(t, time.Duration(seconds)*time.Second, time.Duration(delay)-wire.Precision, "never early")
 		require.Less(t, time.Duration(seconds)*time.Second-time.Duration(max(delay, 0)), time.Second, "less than a second late")
 		level := nativedelay.Level(seconds)
 		require.True(t, level >= -1 && level < nativedelay.Levels)

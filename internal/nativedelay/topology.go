@@ -30,6 +30,13 @@ const DefaultPrefix = "timeoutmill"
 // probeQueueSuffix ends the probe queue's name.
 const probeQueueSuffix = ".delay-probes"
 
+// Suffixes of the guard's names: the exchange destinations are bound to, and the exchange and
+// queue of what it cannot route.
+const (
+	destinationsSuffix = ".delay-destinations"
+	unroutableSuffix   = ".delay-unroutable"
+)
+
 // maxPrefix is the longest prefix whose probe queue can still end a routing key, as verify's
 // probes route to it: the tightest of the names the prefix starts (the level and delivery names
 // take at most 15 more bytes of an AMQP name's 255).
@@ -38,7 +45,11 @@ const maxPrefix = MaxDestinationLength - len(probeQueueSuffix)
 // Topology names the delay infrastructure and says which queues it uses:
 //
 //	<prefix>.delay-level-27 ... <prefix>.delay-level-00   a topic exchange and a queue each
-//	<prefix>.delay-delivery                               the topic exchange destinations bind to
+//	<prefix>.delay-delivery                               the topic exchange level 0 ends in
+//	<prefix>.delay-destinations                           the topic exchange destinations bind to,
+//	                                                      with the alternate exchange:
+//	<prefix>.delay-unroutable                             a fanout exchange and a queue: messages
+//	                                                      whose destination queue is gone
 //	<prefix>.delay-probes                                 where verify's probe messages end
 //
 // The zero value is not usable; NewTopology fills in the defaults.
@@ -83,9 +94,42 @@ func (t Topology) Exchange(level int) string {
 // Queue names the queue of a delay level (0..27); it has the name of the level's exchange.
 func (t Topology) Queue(level int) string { return t.Exchange(level) }
 
-// DeliveryExchange names the topic exchange that level 0 ends in; each destination queue is
-// bound to it.
+// DeliveryExchange names the topic exchange that level 0 ends in, and that messages without a
+// delay are published to. For each destination, it is bound to DestinationsExchange.
 func (t Topology) DeliveryExchange() string { return t.prefix + ".delay-delivery" }
+
+// DestinationsExchange names the topic exchange destination queues are bound to: the guard. The
+// delivery exchange passes it the messages of each destination bound through it; what it cannot
+// route, because the destination's queue was deleted, it sends to its alternate exchange,
+// UnroutableExchange, instead of leaving it to the level it comes from.
+//
+// Why not the delivery exchange's own alternate exchange: an exchange's arguments cannot change
+// once it is declared, and the delivery exchange of an earlier setup has none. Binding the
+// delivery exchange to this one destination by destination (never on "#") adds the guard to
+// such a setup without a copy of any message going astray: a destination still bound straight
+// to the delivery exchange, as earlier versions bound it, is not bound through the guard, so
+// the guard never sees its messages.
+func (t Topology) DestinationsExchange() string { return t.prefix + destinationsSuffix }
+
+// UnroutableExchange names the fanout exchange that DestinationsExchange sends what it cannot
+// route to; it routes everything to UnroutableQueue.
+func (t Topology) UnroutableExchange() string { return t.prefix + unroutableSuffix }
+
+// UnroutableQueue names the queue where a message waits whose destination queue was deleted
+// while it was delayed, with its routing key (its delay bits and its destination) and headers
+// as they were. `timeoutmill native unroutable list` shows them, `... replay` delivers them.
+func (t Topology) UnroutableQueue() string { return t.UnroutableExchange() }
+
+// destinationsArguments are the arguments of DestinationsExchange: its alternate exchange.
+func (t Topology) destinationsArguments() amqp.Table {
+	return amqp.Table{"alternate-exchange": t.UnroutableExchange()}
+}
+
+// unroutableQueueArguments are those of UnroutableQueue: of the topology's queue type, so that
+// a quorum topology keeps what it could not deliver replicated too.
+func (t Topology) unroutableQueueArguments() amqp.Table {
+	return amqp.Table{"x-queue-type": string(t.queueType)}
+}
 
 // ProbeQueue names the queue that verify's probe messages end in. It keeps nothing: it is
 // limited to zero messages.
@@ -151,17 +195,28 @@ func DestinationBindingKey(destination string) string {
 // Publisher replace it with DestinationBindingKey, and Verify reports it where it can see it.
 func LegacyDestinationBindingKey(destination string) string { return "#." + destination }
 
-// BindDestination binds queue to the delivery exchange on ch with DestinationBindingKey, then
-// removes the legacy binding "#.<queue>" if an older version declared it. In this order the
-// queue is never without a binding; while both exist, the broker delivers a message that matches
-// both once.
+// BindDestination binds queue through the guard on ch: the queue to DestinationsExchange and
+// DestinationsExchange to the delivery exchange, each on DestinationBindingKey; then it removes
+// the queue's bindings straight to the delivery exchange that earlier versions declared (on
+// that key, and the legacy "#.<queue>"). In this order the queue is never without a binding;
+// while both paths exist, the broker delivers a message that matches both once.
+//
+// The binding of the delivery exchange to the guard stays when the queue is deleted (the
+// broker removes only the queue's own bindings): that is what sends the messages still delayed
+// for it to UnroutableQueue.
 func (t Topology) BindDestination(ch *amqp.Channel, queue string) error {
-	if err := ch.QueueBind(queue, DestinationBindingKey(queue), t.DeliveryExchange(), false, nil); err != nil {
+	key := DestinationBindingKey(queue)
+	if err := ch.QueueBind(queue, key, t.DestinationsExchange(), false, nil); err != nil {
+		return err
+	}
+	if err := ch.ExchangeBind(t.DestinationsExchange(), key, t.DeliveryExchange(), false, nil); err != nil {
 		return err
 	}
 	// Removing a binding that does not exist succeeds.
-	if err := ch.QueueUnbind(queue, LegacyDestinationBindingKey(queue), t.DeliveryExchange(), nil); err != nil {
-		return fmt.Errorf("removing the legacy binding %s: %w", LegacyDestinationBindingKey(queue), err)
+	for _, old := range []string{key, LegacyDestinationBindingKey(queue)} {
+		if err := ch.QueueUnbind(queue, old, t.DeliveryExchange(), nil); err != nil {
+			return fmt.Errorf("removing the binding of an earlier version on %s: %w", old, err)
+		}
 	}
 	return nil
 }
@@ -170,6 +225,10 @@ func (t Topology) BindDestination(ch *amqp.Channel, queue string) error {
 // idempotent. A queue that exists with other arguments (another TTL, another queue type) makes it
 // fail with the broker's PRECONDITION_FAILED, naming the queue; Verify lists every such
 // difference.
+//
+// On infrastructure an earlier version set up, it adds the guard (new exchanges and a queue: the
+// ones there are not declared again differently) and moves the probe queue's binding through it;
+// each destination moves through it with BindDestinations or a Publisher's first message to it.
 func (t Topology) Setup(ctx context.Context, conn *amqp.Connection) error {
 	return OnChannel(conn, func(ch *amqp.Channel) error {
 		step := func(what string, do func() error) error {
@@ -185,6 +244,29 @@ func (t Topology) Setup(ctx context.Context, conn *amqp.Connection) error {
 			return step("declaring exchange "+name, func() error {
 				return ch.ExchangeDeclare(name, amqp.ExchangeTopic, true, false, false, false, nil)
 			})
+		}
+		// The guard first, so that no destination is ever bound through an exchange that cannot
+		// send what it does not route somewhere.
+		if err := step("declaring exchange "+t.UnroutableExchange(), func() error {
+			return ch.ExchangeDeclare(t.UnroutableExchange(), amqp.ExchangeFanout, true, false, false, false, nil)
+		}); err != nil {
+			return err
+		}
+		if err := step("declaring queue "+t.UnroutableQueue(), func() error {
+			_, err := ch.QueueDeclare(t.UnroutableQueue(), true, false, false, false, t.unroutableQueueArguments())
+			return err
+		}); err != nil {
+			return err
+		}
+		if err := step("binding queue "+t.UnroutableQueue(), func() error {
+			return ch.QueueBind(t.UnroutableQueue(), "", t.UnroutableExchange(), false, nil)
+		}); err != nil {
+			return err
+		}
+		if err := step("declaring exchange "+t.DestinationsExchange(), func() error {
+			return ch.ExchangeDeclare(t.DestinationsExchange(), amqp.ExchangeTopic, true, false, false, false, t.destinationsArguments())
+		}); err != nil {
+			return err
 		}
 		if err := declareExchange(t.DeliveryExchange()); err != nil {
 			return err

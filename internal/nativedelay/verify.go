@@ -29,7 +29,7 @@ type VerifyError struct {
 
 func (e *VerifyError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "the delay infrastructure is missing or wrong (%d problem(s); `timeoutmill native setup` declares what is missing):", len(e.Problems))
+	fmt.Fprintf(&b, "the delay infrastructure is missing or wrong (%d problem(s); `timeoutmill native setup` declares missing pieces):", len(e.Problems))
 	for _, p := range e.Problems {
 		b.WriteString("\n  ")
 		b.WriteString(p.String())
@@ -56,6 +56,14 @@ func (e *VerifyError) Unwrap() error { return ErrTopology }
 // with "#" as well), and destinations' bindings to the delivery exchange, which a probe could
 // only check by delivering to the destination; the Publisher binds a destination before its
 // first message to it instead.
+//
+// The guard (DestinationsExchange with its alternate exchange, UnroutableExchange and
+// UnroutableQueue) is checked like the rest: an earlier setup lacks it, and Verify says what that
+// risks. Messages waiting in UnroutableQueue are a problem too: someone has to replay them. The
+// binding of UnroutableQueue to its exchange is not probed: a probe would stay in the queue.
+//
+// Last, Verify watches every level pass a message on (see StuckWait): a level whose
+// dead-lettering is stuck, held by messages it cannot deliver, is a problem naming the level.
 //
 // NServiceBus's destination binding "#.<queue>", which earlier versions declared and which also
 // catches messages for queues whose names end in ".<queue>", is reported where Verify can see it:
@@ -88,6 +96,9 @@ func (v *verifier) run(ctx context.Context) error {
 	present := map[string]bool{}
 	var err error
 	if present["exchange "+t.DeliveryExchange()], err = v.exchange(ctx, t.DeliveryExchange()); err != nil {
+		return err
+	}
+	if err := v.guard(ctx, present); err != nil {
 		return err
 	}
 	for level := Levels - 1; level >= 0; level-- {
@@ -129,8 +140,21 @@ func (v *verifier) run(ctx context.Context) error {
 		key, _ := RoutingKey(seconds, t.ProbeQueue()) // the prefix was validated: cannot fail
 		return key
 	}
-	probeBinding := bindingName("queue", t.ProbeQueue(), t.DeliveryExchange(), DestinationBindingKey(t.ProbeQueue()))
-	if err := check(probeBinding, t.DeliveryExchange(), probeKey(0), "exchange "+t.DeliveryExchange(), "queue "+t.ProbeQueue()); err != nil {
+	// The probe queue is bound like a destination: to the guard, and the guard to the delivery
+	// exchange. Without the guard (an earlier setup), it is bound straight to the delivery
+	// exchange, which is reported above; the levels are checked through that binding then.
+	probeKeyBinding := DestinationBindingKey(t.ProbeQueue())
+	probeBinding := bindingName("queue", t.ProbeQueue(), t.DeliveryExchange(), probeKeyBinding)
+	if present["exchange "+t.DestinationsExchange()] {
+		viaGuard := bindingName("queue", t.ProbeQueue(), t.DestinationsExchange(), probeKeyBinding)
+		if err := check(viaGuard, t.DestinationsExchange(), probeKey(0), "queue "+t.ProbeQueue()); err != nil {
+			return err
+		}
+		probeBinding = bindingName("exchange", t.DestinationsExchange(), t.DeliveryExchange(), probeKeyBinding)
+		if err := check(probeBinding, t.DeliveryExchange(), probeKey(0), "exchange "+t.DeliveryExchange(), viaGuard); err != nil {
+			return err
+		}
+	} else if err := check(probeBinding, t.DeliveryExchange(), probeKey(0), "exchange "+t.DeliveryExchange(), "queue "+t.ProbeQueue()); err != nil {
 		return err
 	}
 	if present[probeBinding] {
@@ -142,6 +166,7 @@ func (v *verifier) run(ctx context.Context) error {
 	if err := check(deliveryBinding, t.Exchange(0), probeKey(0), "exchange "+t.Exchange(0), probeBinding); err != nil {
 		return err
 	}
+	levelsRoute := present[deliveryBinding]
 	for level := 0; level < Levels; level++ {
 		queueBinding := bindingName("queue", t.Queue(level), t.Exchange(level), QueueBindingKey(level))
 		if err := check(queueBinding, t.Exchange(level), probeKey(1<<level), "exchange "+t.Exchange(level), "queue "+t.Queue(level)); err != nil {
@@ -157,6 +182,70 @@ func (v *verifier) run(ctx context.Context) error {
 		if err := check(nextBinding, t.Exchange(level), probeKey(1<<(level-1)), "exchange "+t.Exchange(level), "exchange "+t.Exchange(level-1), below); err != nil {
 			return err
 		}
+	}
+	for level := 0; level < Levels; level++ {
+		queueBinding := bindingName("queue", t.Queue(level), t.Exchange(level), QueueBindingKey(level))
+		levelsRoute = levelsRoute && present[queueBinding]
+	}
+	if !levelsRoute {
+		return nil // a level cannot be watched moving until every piece of the path is there
+	}
+	via := t.DeliveryExchange()
+	if present["exchange "+t.DestinationsExchange()] {
+		via = t.DestinationsExchange()
+	}
+	return v.stuck(ctx, p, via)
+}
+
+// guard checks the guard: the destinations exchange with its alternate exchange, the unroutable
+// exchange and queue, and reports the messages waiting in that queue.
+func (v *verifier) guard(ctx context.Context, present map[string]bool) error {
+	t := v.t
+	const why = " (the guard: without it, a message whose destination queue was deleted while it was delayed stays in its quorum delay level, " +
+		"retried every few minutes, and 32 such messages stop the level for every destination; `timeoutmill native setup` adds it)"
+	before := len(v.problems)
+	var err error
+	if present["exchange "+t.UnroutableExchange()], err = v.declared(ctx, "exchange "+t.UnroutableExchange(),
+		func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(t.UnroutableExchange(), amqp.ExchangeFanout, true, false, false, false, nil)
+		},
+		func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclare(t.UnroutableExchange(), amqp.ExchangeFanout, true, false, false, false, nil)
+		}); err != nil {
+		return err
+	}
+	if present["queue "+t.UnroutableQueue()], err = v.queue(ctx, t.UnroutableQueue(), t.unroutableQueueArguments()); err != nil {
+		return err
+	}
+	// The broker compares an exchange's alternate exchange when it is declared again: a
+	// destinations exchange without one, or with another, differs.
+	if present["exchange "+t.DestinationsExchange()], err = v.declared(ctx, "exchange "+t.DestinationsExchange(),
+		func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(t.DestinationsExchange(), amqp.ExchangeTopic, true, false, false, false, nil)
+		},
+		func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclare(t.DestinationsExchange(), amqp.ExchangeTopic, true, false, false, false, t.destinationsArguments())
+		}); err != nil {
+		return err
+	}
+	for i := before; i < len(v.problems); i++ {
+		v.problems[i].Wrong += why
+	}
+	if !present["queue "+t.UnroutableQueue()] {
+		return nil
+	}
+	var waiting int
+	err = OnChannel(v.conn, func(ch *amqp.Channel) error {
+		q, err := ch.QueueDeclarePassive(t.UnroutableQueue(), true, false, false, false, nil)
+		waiting = q.Messages
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("rabbitmq: counting the messages of queue %s: %w", t.UnroutableQueue(), err)
+	}
+	if waiting > 0 {
+		v.problem("queue "+t.UnroutableQueue(), "holds %d message(s) whose destination queue was gone when they fell due: "+
+			"`timeoutmill native unroutable list` names their destinations, `timeoutmill native unroutable replay` delivers them once the queues are back", waiting)
 	}
 	return nil
 }

@@ -29,11 +29,18 @@
 //	binding  queue L    to exchange L on "*." × (27-L) + "1.#"
 //	binding  exchange L-1 to exchange L on "*." × (27-L) + "0.#"
 //	binding  timeoutmill.delay-delivery to exchange 0 on "*." × 27 + "0.#"
-//	binding  each destination queue Q to timeoutmill.delay-delivery on "*." × 28 + "Q"
+//	exchange timeoutmill.delay-destinations, topic, durable, alternate exchange
+//	         timeoutmill.delay-unroutable: the guard
+//	exchange timeoutmill.delay-unroutable, fanout, durable, and the queue of that name bound to
+//	         it: where a message waits whose destination queue is gone
+//	binding  each destination queue Q to timeoutmill.delay-destinations on "*." × 28 + "Q", and
+//	         timeoutmill.delay-destinations to timeoutmill.delay-delivery on the same key
 //	queue    timeoutmill.delay-probes, bound like a destination, keeping nothing: where the
 //	         probe messages of `timeoutmill native verify` end
 //
-// A message delayed by s seconds (rounded up) for queue Q gets the routing key of the 28 bits of
+// A message delayed by s seconds (rounded up, less a part of a second shorter than the
+// microsecond due times are kept to: DeliverAfter(2*time.Second) takes 2 s, not 3) for queue Q
+// gets the routing key of the 28 bits of
 // s, most significant first, then Q ("0.0.….1.0.1.Q" for 5 s) and is published to the exchange of
 // its highest set bit; at each level a bit of 1 makes it wait in that level's queue, a bit of 0
 // passes it on at once. A delay of zero or less goes straight to the delivery exchange; one of
@@ -66,8 +73,32 @@
 // amqptransport does) and binds it before its first message to that destination on each
 // connection, publishes mandatory with publisher confirms, and fails Publish for a message the
 // broker returns or refuses. Routing to the destination happens only when the message leaves the
-// levels, so a binding removed while messages wait cannot be seen at send time; with quorum
-// queues those messages wait in level 0, retried about every 3 minutes, until it is back.
+// levels, so a queue deleted while messages wait for it cannot be seen at send time.
+//
+// # A deleted destination: the guard and the unroutable queue
+//
+// Such a message cannot be routed when it leaves the levels. Left to the broker, a quorum level
+// would keep it in its dead-letter worker (the level it last waited in, invisible to consumers,
+// retried every 3 minutes), and once 32 are held that level passes nothing on, for every
+// destination (NServiceBus.RabbitMQ#1407). Destinations are therefore bound through the guard,
+// timeoutmill.delay-destinations: when a queue is deleted its binding goes, the guard's binding
+// to the delivery exchange stays, and the guard's alternate exchange sends the message to the
+// queue timeoutmill.delay-unroutable, with its routing key (which names the destination) and
+// headers: no level is blocked, nothing is lost. A message published at once for a queue deleted
+// after its binding ends there too. `timeoutmill native unroutable list` counts them by
+// destination; `timeoutmill native unroutable replay` delivers them to their queues once these
+// exist again. `timeoutmill native verify` fails while any wait there.
+//
+// The delivery exchange is bound to the guard destination by destination, never on "#": a
+// destination an earlier version bound straight to the delivery exchange would otherwise be sent
+// each message and a copy of it to the unroutable queue. An exchange's alternate exchange cannot
+// be added once it is declared, so this is also how `timeoutmill native setup` adds the guard to
+// an earlier setup. Destinations move through it with a Publisher's first message to them, or
+// `timeoutmill native setup --destination Q`; until then they are not guarded. `timeoutmill
+// native verify` watches every level pass a probe on and names a level that is stuck; the
+// messages an unguarded destination left held there are delivered at the broker's next attempt
+// once its queue exists again and is bound: re-create it, then `timeoutmill native setup
+// --destination Q`.
 //
 // Names of destinations end routing keys: at most 199 bytes, and no dot-separated word "*" or
 // "#".
@@ -81,14 +112,17 @@
 // instead ("*.*. … *.shipping"), which matches Q's keys only; the routing keys, exchanges, queues
 // and level bindings stay NServiceBus's. (It is also cheaper for the broker to match.)
 //
-// Infrastructure set up by an earlier version has the "#.Q" bindings. Upgrading is safe while
-// messages wait, because routing to the destination happens when a message leaves level 0:
+// Infrastructure set up by an earlier version has the "#.Q" bindings, or destinations bound
+// straight to the delivery exchange, and no guard. Upgrading is safe while messages wait, because
+// routing to the destination happens when a message leaves the levels:
 //
-//   - `timeoutmill native setup` (Setup) rebinds the probe queue; `timeoutmill native verify`
-//     reports the probe queue's "#." binding, the mark of an earlier setup, until then.
+//   - Run `timeoutmill native setup` (Setup) first: it adds the guard and rebinds the probe
+//     queue; `timeoutmill native verify` reports the missing guard, and the probe queue's "#."
+//     binding, the mark of an earlier setup, until then. An upgraded Publisher refuses to bind a
+//     destination (ErrTopology) while the guard is missing.
 //   - The Publisher rebinds each destination before its first message to it (EnsureDestinations):
-//     it adds the new binding, then removes "#.Q". While both exist, a message matching both is
-//     delivered once.
+//     it adds the new bindings through the guard, then removes the old ones. While both exist, a
+//     message matching both is delivered once.
 //   - Destinations no upgraded Publisher sends to keep "#.Q", and with it the bug, until
 //     `timeoutmill native setup --destination Q` rebinds them.
 //   - A Publisher of an earlier version adds "#.Q" again on its next connection: upgrade every

@@ -70,6 +70,9 @@ func (b *broker) deleteTopology(t *testing.T) {
 	}
 	_, _ = ch.QueueDelete(b.topo.ProbeQueue(), false, false, false)
 	_ = ch.ExchangeDelete(b.topo.DeliveryExchange(), false, false)
+	_, _ = ch.QueueDelete(b.topo.UnroutableQueue(), false, false, false)
+	_ = ch.ExchangeDelete(b.topo.DestinationsExchange(), false, false)
+	_ = ch.ExchangeDelete(b.topo.UnroutableExchange(), false, false)
 }
 
 // setup declares the topology.

@@ -106,7 +106,9 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 }
 
 // Setup declares the delay infrastructure (idempotent): every exchange, queue and binding of the
-// 28 levels, the delivery exchange and the probe queue, as `timeoutmill native setup` does. A
+// 28 levels, the delivery exchange, the guard and its unroutable queue (see the package
+// documentation), and the probe queue, as `timeoutmill native setup` does; on infrastructure an
+// earlier version set up, it adds the guard. A
 // queue that exists with other arguments (another TTL, another queue type) makes it fail with the
 // broker's PRECONDITION_FAILED, naming the queue; Verify lists every such difference.
 func (p *Publisher) Setup(ctx context.Context) error {
@@ -118,9 +120,10 @@ func (p *Publisher) Setup(ctx context.Context) error {
 }
 
 // Verify checks the delay infrastructure without changing it, as `timeoutmill native verify`
-// does: nil when every exchange, queue, queue argument and binding is as Setup declares it, an
+// does: nil when every exchange, queue, queue argument and binding is as Setup declares it, the
+// guard included, no message waits in the unroutable queue and every level passes a probe on; an
 // error wrapping ErrTopology that lists each problem otherwise, or another error when it could
-// not check.
+// not check. A stuck level takes it a few seconds to find (the probe's wait).
 func (p *Publisher) Verify(ctx context.Context) error {
 	conn, err := p.connection()
 	if err != nil {
