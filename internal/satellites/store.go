@@ -91,7 +91,7 @@ func (s *Store) Handle(msg *message.Message) error {
 	if err != nil {
 		return s.reject(msg, err.Error())
 	}
-	return s.batcher.do(delayed{msg: msg, t: t})
+	return s.batcher.do(delayed{msg: msg, t: t})[0]
 }
 
 // timeoutOf reads a delayed message into a Timeout, or says why it cannot be stored.
