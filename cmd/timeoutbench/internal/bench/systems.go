@@ -1,13 +1,26 @@
 package bench
 
-// Systems are the delay mechanisms measured, timeoutmill's first, the peer last.
-func Systems() []System {
-	return []System{
+// rabbitMQPostgres1KB names the RabbitMQ + PostgreSQL backlog with 1 KB payloads.
+const rabbitMQPostgres1KB = "RabbitMQ + PostgreSQL, 1 KB payloads"
+
+// Systems are the delay mechanisms measured, timeoutmill's first, the yardsticks run through
+// the same workloads after the system they measure, the peer last. The full run also drains the
+// RabbitMQ + PostgreSQL backlog with 1 KB payloads, unless every scenario has them (-payload).
+func Systems(plan Plan) []System {
+	systems := []System{
 		goChannelSystem("GoChannel + memory", openMemory),
 		goChannelSystem("GoChannel + SQLite", openSQLite),
 		rabbitMQPostgres(),
+	}
+	if plan.Mode == Full && (plan.Payload == 0 || plan.Payload == DefaultPayload) {
+		kb := rabbitMQPostgres()
+		kb.Name, kb.Payload, kb.Kinds = rabbitMQPostgres1KB, 1024, []Kind{KindBacklog}
+		systems = append(systems, kb)
+	}
+	return append(systems,
 		sqlTransport(),
 		nativeRabbitMQ(),
+		nativePlain(),
 		watermillPeer(),
-	}
+	)
 }
