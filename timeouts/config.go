@@ -76,7 +76,7 @@ type Config struct {
 	// claim is announced in a few messages, and the dispatch satellite handles each as a batch.
 	// Defaults to 100; at most 1000. Set it to 1 while instances of a timeoutmill release that
 	// reads only one id per message still consume the dispatcher queue (a rolling upgrade, see
-	// docs/operations.md): such an instance sends a many-id message to the error queue, and its
+	// docs/wire.md): such an instance sends a many-id message to the error queue, and its
 	// timeouts are delivered a ClaimLease late by another instance, never lost.
 	AnnouncementIDs int
 	// ClaimLease is how long a claimed id stays hidden from other pollers. An id whose dispatcher
