@@ -141,10 +141,10 @@ func TestDelayedMessageIsDeliveredWhenDueAndNotBefore(t *testing.T) {
 		require.False(t, has, "routing header %s must be removed", h)
 	}
 
-	st, err := b.store.(persistence.Inspector).Stats(context.Background())
+	st, err := b.store.(persistence.Inspector).Stats(context.Background(), time.Now())
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		st, err = b.store.(persistence.Inspector).Stats(context.Background())
+		st, err = b.store.(persistence.Inspector).Stats(context.Background(), time.Now())
 		return err == nil && st.Pending == 0
 	}, 5*time.Second, 10*time.Millisecond, "a dispatched timeout is removed")
 }
@@ -226,7 +226,7 @@ func TestUndelayedMessagePassesStraightThrough(t *testing.T) {
 	got := await(t, delivered, 5*time.Second)
 	require.Equal(t, msg.UUID, got.msg.UUID)
 
-	st, err := b.store.(persistence.Inspector).Stats(context.Background())
+	st, err := b.store.(persistence.Inspector).Stats(context.Background(), time.Now())
 	require.NoError(t, err)
 	require.Zero(t, st.Pending, "an undelayed message never touches the store")
 }
@@ -351,7 +351,7 @@ func TestCancelledTimeoutIsNeverDelivered(t *testing.T) {
 	require.NoError(t, b.manager.Publisher().Publish("payments", byID, byOwner, kept))
 
 	require.Eventually(t, func() bool {
-		st, err := b.store.(persistence.Inspector).Stats(ctx)
+		st, err := b.store.(persistence.Inspector).Stats(ctx, time.Now())
 		return err == nil && st.Pending == 3
 	}, 5*time.Second, 5*time.Millisecond)
 	cancelled, err := b.manager.Cancel(ctx, byID.UUID)
@@ -375,7 +375,7 @@ func TestRestartKeepsTimeouts(t *testing.T) {
 	timeouts.DeliverAfter(msg, 1500*time.Millisecond)
 	require.NoError(t, first.manager.Publisher().Publish("later", msg))
 	require.Eventually(t, func() bool {
-		st, err := store.Stats(context.Background())
+		st, err := store.Stats(context.Background(), time.Now())
 		return err == nil && st.Pending == 1
 	}, 5*time.Second, 5*time.Millisecond)
 	require.NoError(t, first.router.Close())

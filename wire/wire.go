@@ -26,6 +26,15 @@ import (
 	"time"
 )
 
+// Values of HeaderKeyPolicy.
+const (
+	// KeyPolicyReplace replaces the pending timeout that holds the key: one delivery follows, at
+	// the new due time with the new message.
+	KeyPolicyReplace = "replace"
+	// KeyPolicyKeep keeps the pending timeout that holds the key and drops the new message.
+	KeyPolicyKeep = "keep"
+)
+
 // Header names of the wire contract.
 const (
 	// HeaderExpire says when a delayed message may be delivered: RFC 3339, fractional seconds
@@ -36,6 +45,15 @@ const (
 	// HeaderOwner optionally groups timeouts (a saga or order id) so that they can be cancelled
 	// together.
 	HeaderOwner = "timeout.owner"
+	// HeaderKey optionally deduplicates: while a pending timeout holds a key, a delayed message
+	// with the same key replaces it or is dropped, as HeaderKeyPolicy says. At most 250 bytes.
+	HeaderKey = "timeout.key"
+	// HeaderKeyPolicy says what a delayed message with HeaderKey does when a pending timeout holds
+	// its key: KeyPolicyReplace (the default when absent) or KeyPolicyKeep.
+	HeaderKeyPolicy = "timeout.key_policy"
+	// HeaderDue is set on every delivered message: the due time it was delivered for (RFC 3339
+	// in UTC, fractional seconds), so that a consumer can measure lateness.
+	HeaderDue = "timeout.due"
 
 	// HeaderWatermillDelayedUntil is Watermill's own delay key (components/delay). It is honoured
 	// when HeaderExpire is absent.

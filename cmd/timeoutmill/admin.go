@@ -56,7 +56,7 @@ func (c *statsCmd) Run(e *env) error {
 		return err
 	}
 	defer closeStore()
-	st, err := inspector.Stats(e.ctx)
+	st, err := inspector.Stats(e.ctx, time.Now())
 	if err != nil {
 		return connect.RedactError(err, c.Store)
 	}

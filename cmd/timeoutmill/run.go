@@ -82,7 +82,20 @@ func (c *runCmd) Run(e *env) error {
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	manager, err := timeouts.NewManager(c.managerConfig(store, transport, registry, forwarder), logger)
+	tp, shutdownTracing, err := tracerProvider(e.ctx, os.Getenv, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(ctx); err != nil {
+			logger.Error("Exporting the last spans failed", err, nil)
+		}
+	}()
+	config := c.managerConfig(store, transport, registry, forwarder)
+	config.TracerProvider = tp
+	manager, err := timeouts.NewManager(config, logger)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
@@ -49,7 +50,7 @@ func TestManyIDMessageIsDispatchedAsABatch(t *testing.T) {
 		require.Equal(t, m.UUID, m.Metadata.Get("trace-id"), "headers kept")
 		require.Empty(t, m.Metadata.Get(wire.HeaderExpire), "routing headers dropped")
 	}
-	st, err := b.store.Stats(context.Background())
+	st, err := b.store.Stats(context.Background(), time.Now())
 	require.NoError(t, err)
 	require.Zero(t, st.Pending, "every forwarded timeout removed")
 	b.store.mu.Lock()
@@ -110,7 +111,7 @@ func TestManyIDMessagePartlyFailedIsRedeliveredWithoutDuplicates(t *testing.T) {
 	requireEachOnce(t, b.published.to("payments"), pay)
 	requireEachOnce(t, b.published.to("shipping"), ship)
 	require.Empty(t, b.published.to(wire.DefaultErrorQueue))
-	st, err := b.store.Stats(context.Background())
+	st, err := b.store.Stats(context.Background(), time.Now())
 	require.NoError(t, err)
 	require.Zero(t, st.Pending)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -102,14 +103,43 @@ func Destination(metadata map[string]string) (string, error) {
 	return d, nil
 }
 
+// Key returns the deduplication key of a delayed message (wire.HeaderKey, "" for none) and the
+// policy of wire.HeaderKeyPolicy, or an error saying why they are unusable.
+func Key(metadata map[string]string) (string, persistence.KeyPolicy, error) {
+	key, hasKey := metadata[wire.HeaderKey]
+	policy, hasPolicy := metadata[wire.HeaderKeyPolicy]
+	switch {
+	case !hasKey && hasPolicy:
+		return "", 0, fmt.Errorf("%w: %s is set without %s", wire.ErrInvalidHeader, wire.HeaderKeyPolicy, wire.HeaderKey)
+	case !hasKey:
+		return "", persistence.KeyReplace, nil
+	case key == "":
+		return "", 0, fmt.Errorf("%w: %s is empty", wire.ErrInvalidHeader, wire.HeaderKey)
+	case len(key) > persistence.MaxIDLength:
+		return "", 0, fmt.Errorf("%w: %s is longer than %d bytes", wire.ErrInvalidHeader, wire.HeaderKey, persistence.MaxIDLength)
+	case !utf8.ValidString(key) || strings.ContainsRune(key, 0):
+		return "", 0, fmt.Errorf("%w: %s is not valid UTF-8 without NUL bytes", wire.ErrInvalidHeader, wire.HeaderKey)
+	}
+	switch policy {
+	case "", wire.KeyPolicyReplace:
+		return key, persistence.KeyReplace, nil
+	case wire.KeyPolicyKeep:
+		return key, persistence.KeyKeep, nil
+	}
+	return "", 0, fmt.Errorf("%w: %s %q is neither %q nor %q", wire.ErrInvalidHeader, wire.HeaderKeyPolicy, policy,
+		wire.KeyPolicyReplace, wire.KeyPolicyKeep)
+}
+
 // IsRoutingHeader reports whether key is one of the headers that route a message through the
-// timeout manager: wire.HeaderExpire, wire.HeaderDestination, wire.HeaderOwner and Watermill's
-// two delay keys.
+// timeout manager: wire.HeaderExpire, wire.HeaderDestination, wire.HeaderOwner, wire.HeaderKey,
+// wire.HeaderKeyPolicy and Watermill's two delay keys; and wire.HeaderDue, which only delivery
+// sets.
 // They are removed before the message is delivered to its destination, which therefore never
 // sees a delay header, and a delivered message published again is not delayed again.
 func IsRoutingHeader(key string) bool {
 	switch key {
-	case wire.HeaderExpire, wire.HeaderDestination, wire.HeaderOwner, wire.HeaderWatermillDelayedUntil, wire.HeaderWatermillDelayedFor:
+	case wire.HeaderExpire, wire.HeaderDestination, wire.HeaderOwner, wire.HeaderKey, wire.HeaderKeyPolicy,
+		wire.HeaderWatermillDelayedUntil, wire.HeaderWatermillDelayedFor, wire.HeaderDue:
 		return true
 	}
 	return false

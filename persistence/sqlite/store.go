@@ -28,6 +28,7 @@ type Store struct {
 	reader *sql.DB
 	// pools are closed by Close: Open's two, none for New (the caller's *sql.DB stays open).
 	pools []*sql.DB
+	table string
 	q     queries
 }
 
@@ -38,7 +39,7 @@ const maxIn = 500
 
 // newStore returns a store whose changes w makes and whose reads reader runs.
 func newStore(w *writer, reader *sql.DB, pools []*sql.DB, table string) *Store {
-	s := &Store{writer: w, reader: reader, pools: pools, q: newQueries(table)}
+	s := &Store{writer: w, reader: reader, pools: pools, table: table, q: newQueries(table)}
 	s.core = sqlstore.New(sqlstore.Dialect{
 		Name:    "sqlite",
 		DB:      reader,
@@ -160,19 +161,39 @@ func dsn(config Config, readOnly bool) string {
 	return "file:" + path + "?" + params.Encode()
 }
 
-// SetupInfrastructure creates the table and its indexes when they are missing.
+// SetupInfrastructure creates the table and its indexes when they are missing, and adds the key
+// column and its index to a table an older version created, in one transaction.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	if err := sqlstore.Opened(s.c()); err != nil {
 		return err
 	}
-	err := s.writer.do(ctx, func(ctx context.Context, db execer) error {
+	err := s.writer.do(ctx, inOneTransaction(func(ctx context.Context, db execer) error {
 		for _, stmt := range s.q.setup {
 			if _, err := db.ExecContext(ctx, stmt); err != nil {
 				return err
 			}
 		}
-		return nil
-	})
+		rows, err := db.QueryContext(ctx, s.q.hasKey, s.table)
+		if err != nil {
+			return err
+		}
+		var columns int
+		for rows.Next() {
+			if err := rows.Scan(&columns); err != nil {
+				return errors.Join(err, rows.Close())
+			}
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return err
+		}
+		if columns == 0 {
+			if _, err := db.ExecContext(ctx, s.q.addKey); err != nil {
+				return err
+			}
+		}
+		_, err = db.ExecContext(ctx, s.q.keyIndex)
+		return err
+	}))
 	if err != nil {
 		return fmt.Errorf("sqlite: set up table: %w", err)
 	}
