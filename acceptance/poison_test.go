@@ -14,8 +14,8 @@ import (
 )
 
 // TestPoisonMessagesEndOnTheErrorQueueAndServiceGoesOn sends what can never be delivered: a
-// garbage timeout.expire with a non-string header beside it, a message without destination, a
-// malformed dispatcher message, and a due message for a queue the broker refuses to create. Each
+// garbage timeout.expire with a non-string header beside it, a message without destination, two
+// malformed dispatcher messages (an empty id, a miscounted list of ids), and a due message for a queue the broker refuses to create. Each
 // must reach the error queue once, with a failure.reason, not be dropped or retried forever; and
 // the endpoint keeps delivering good messages.
 func TestPoisonMessagesEndOnTheErrorQueueAndServiceGoesOn(t *testing.T) {
@@ -65,6 +65,16 @@ func TestPoisonMessagesEndOnTheErrorQueueAndServiceGoesOn(t *testing.T) {
 		require.Equal(t, "empty-id", got.msg.UUID)
 		require.Equal(t, dispatcherQueue, got.msg.Metadata.Get(wire.HeaderFailureQueue))
 		require.NotEmpty(t, got.msg.Metadata.Get(wire.HeaderFailureReason))
+
+		// Many ids whose count header says otherwise: the message goes whole, as it came.
+		e.publishRaw(t, dispatcherQueue, amqp.Publishing{
+			MessageId: "miscounted-ids", Body: []byte("id-1\nid-2\n"),
+			Headers: amqp.Table{wire.HeaderDispatchIDs: "3"},
+		})
+		got = await(t, errs, lateBound)
+		require.Equal(t, "miscounted-ids", got.msg.UUID)
+		require.Equal(t, "id-1\nid-2\n", string(got.msg.Payload))
+		require.Contains(t, got.msg.Metadata.Get(wire.HeaderFailureReason), "says 3 ids, the payload holds 2")
 
 		// Due, but its destination cannot be declared (amq.* is reserved): a failed forward,
 		// and with no retries configured, the error queue, the routing headers back on it.

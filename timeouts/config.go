@@ -12,6 +12,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/configerr"
 	"github.com/timeoutmill/timeoutmill/internal/critical"
+	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
@@ -40,6 +41,7 @@ var ErrInvalidConfig = configerr.ErrInvalidConfig
 const (
 	DefaultPollInterval                                            = time.Minute
 	DefaultClaimBatchSize                                          = 500
+	DefaultAnnouncementIDs                                         = dispatcherqueue.DefaultIDsPerMessage
 	DefaultClaimLease                                              = time.Minute
 	DefaultTimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages = 2 * time.Minute
 	DefaultTimeToTriggerStoreCircuitBreaker                        = 30 * time.Second
@@ -71,6 +73,13 @@ type Config struct {
 	PollInterval time.Duration
 	// ClaimBatchSize is how many due ids one claim takes. Defaults to 500.
 	ClaimBatchSize int
+	// AnnouncementIDs is how many due ids one message on the dispatcher queue carries at most: a
+	// claim is announced in a few messages, and the dispatch satellite handles each as a batch.
+	// Defaults to 100; at most 1000. Set it to 1 while instances of a timeoutmill release that
+	// reads only one id per message still consume the dispatcher queue (a rolling upgrade, see
+	// docs/wire.md): such an instance sends a many-id message to the error queue, and its
+	// timeouts are delivered a ClaimLease late by another instance, never lost.
+	AnnouncementIDs int
 	// ClaimLease is how long a claimed id stays hidden from other pollers. An id whose dispatcher
 	// message was lost, or whose poller was killed before announcing it, is claimed again when its
 	// lease runs out. An id still being announced or dispatched then is announced again (a
@@ -137,6 +146,9 @@ func (c *Config) setDefaults() {
 	if c.ClaimBatchSize == 0 {
 		c.ClaimBatchSize = DefaultClaimBatchSize
 	}
+	if c.AnnouncementIDs == 0 {
+		c.AnnouncementIDs = DefaultAnnouncementIDs
+	}
 	if c.ClaimLease == 0 {
 		c.ClaimLease = DefaultClaimLease
 	}
@@ -194,6 +206,8 @@ func (c Config) validate() error {
 		return invalid("PollInterval must be positive, got %s", c.PollInterval)
 	case c.ClaimBatchSize < 0:
 		return invalid("ClaimBatchSize must be positive, got %d", c.ClaimBatchSize)
+	case c.AnnouncementIDs < 0 || c.AnnouncementIDs > dispatcherqueue.MaxIDsPerMessage:
+		return invalid("AnnouncementIDs must be from 1 to %d, got %d", dispatcherqueue.MaxIDsPerMessage, c.AnnouncementIDs)
 	case c.ClaimLease < 0:
 		return invalid("ClaimLease must be positive, got %s", c.ClaimLease)
 	case c.NumberOfRetries < 0:

@@ -113,7 +113,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 	errorQueue := errorqueue.New(config.Publisher, config.ErrorQueue)
 	m.poller = &poller{
 		store:      config.Store,
-		announcer:  dispatcherqueue.NewPublisher(config.Publisher, config.Endpoint, 0),
+		announcer:  dispatcherqueue.NewPublisher(config.Publisher, config.Endpoint, 0, config.AnnouncementIDs),
 		interval:   config.PollInterval,
 		batch:      config.ClaimBatchSize,
 		lease:      config.ClaimLease,
@@ -190,11 +190,13 @@ func (m *Manager) whenReady(handle message.NoPublishHandlerFunc) message.NoPubli
 	}
 }
 
-// handleDue dispatches one announced id and, on a GoChannel, records that it is settled.
+// handleDue dispatches the ids a dispatcher message announces and, on a GoChannel, records that
+// they are settled.
 func (m *Manager) handleDue(msg *message.Message) error {
 	err := m.dispatch.Handle(msg)
 	if err == nil {
-		m.stop.settled(string(msg.Payload))
+		ids, _ := dispatcherqueue.Decode(msg) // none when malformed: Handle moved it to the error queue
+		m.stop.settled(ids...)
 	}
 	return err
 }
@@ -272,6 +274,14 @@ func (m *Manager) startPoller(ctx context.Context, startsPoller bool) {
 		defer close(m.done)
 		if m.cfg.SkipInfrastructureSetup || m.setupInfrastructure(ctx) {
 			close(m.ready)
+			// Nothing is announced before every handler of the router has subscribed. On a
+			// GoChannel a destination without a subscriber yet drops what is forwarded to it,
+			// and a Subscribe waits for the publishes in flight, among them an announcement
+			// waiting for the dispatch satellite, whose forwards wait for that Subscribe.
+			select {
+			case <-router.Running():
+			case <-ctx.Done():
+			}
 			m.poller.run(ctx)
 		}
 		// Router.Close returns once the router's handlers have finished (a second call waits

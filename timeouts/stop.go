@@ -156,14 +156,16 @@ func (l *lifecycle) claimed(ids []string, until time.Time) {
 	}
 }
 
-// settled records that the dispatch satellite is done with id: delivered and removed, gone
+// settled records that the dispatch satellite is done with ids: delivered and removed, gone
 // already, or moved to the error queue.
-func (l *lifecycle) settled(id string) {
+func (l *lifecycle) settled(ids ...string) {
 	if l.claims == nil {
 		return
 	}
 	l.mu.Lock()
-	delete(l.claims, id)
+	for _, id := range ids {
+		delete(l.claims, id)
+	}
 	l.mu.Unlock()
 }
 

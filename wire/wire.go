@@ -62,6 +62,11 @@ const (
 	// HeaderWatermillDelayedUntil.
 	HeaderWatermillDelayedFor = "_watermill_delayed_for"
 
+	// HeaderDispatchIDs marks a TimeoutsDispatcher message that carries many timeout ids: its
+	// value is their count (a decimal integer), and the payload holds that many ids, each ended
+	// by a line feed. A message without it carries one id, the whole payload.
+	HeaderDispatchIDs = "dispatch.ids"
+
 	// HeaderFailureReason says, in words, why a message ended on the error queue.
 	HeaderFailureReason = "failure.reason"
 	// HeaderFailureQueue names the queue a message failed in.
@@ -108,7 +113,8 @@ var ErrInvalidName = errors.New("wire: invalid name")
 // TimeoutsQueue is the queue delayed messages for endpoint arrive on.
 func TimeoutsQueue(endpoint string) string { return endpoint + timeoutsSuffix }
 
-// DispatcherQueue is the queue that carries the ids of due timeouts of endpoint, one per message.
+// DispatcherQueue is the queue that carries the ids of due timeouts of endpoint: one per message,
+// or many with HeaderDispatchIDs.
 func DispatcherQueue(endpoint string) string { return endpoint + dispatcherSuffix }
 
 // DeferredQueue is the deferred queue of one running instance of endpoint. It is never shared.

@@ -59,6 +59,7 @@ type options struct {
 	rate         int
 	duration     time.Duration
 	ceilingCount int
+	payload      int
 	cpuProfile   string
 	trace        string
 }
@@ -80,6 +81,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.rate, "precision-rate", 0, "messages a second of the precision stream (default: the mode's)")
 	fs.DurationVar(&o.duration, "precision-duration", 0, "length of the precision stream (default: the mode's)")
 	fs.IntVar(&o.ceilingCount, "ceiling-messages", 0, "messages through each raw broker path (default: the mode's)")
+	fs.IntVar(&o.payload, "payload", 0, "bytes in every message's body, in every scenario (default 64; 1024 for realistic payloads)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (every system runs in this process) to this file")
 	fs.StringVar(&o.trace, "trace", "", "write an execution trace of the whole run to this file (go tool trace -pprof=net|sync|sched shows where it waits)")
 	if err := fs.Parse(args); err != nil {
@@ -106,6 +108,7 @@ func (o options) plan() (bench.Plan, error) {
 	override(&plan.Runs, o.runs)
 	override(&plan.PrecisionRate, o.rate)
 	override(&plan.CeilingMessages, o.ceilingCount)
+	override(&plan.Payload, o.payload)
 	if o.duration > 0 {
 		plan.PrecisionDuration = o.duration
 	}

@@ -279,6 +279,16 @@ func TestClaimLeaseReachesTheManager(t *testing.T) {
 	require.Equal(t, 15*time.Second, c.managerConfig(nil, transport, nil, nil).ClaimLease)
 }
 
+func TestAnnouncementIDsReachTheManager(t *testing.T) {
+	t.Parallel()
+	transport := &connect.Transport{}
+	c := parseRun(t)
+	require.Equal(t, timeouts.DefaultAnnouncementIDs, c.managerConfig(nil, transport, nil, nil).AnnouncementIDs,
+		"the flag's default is the library's")
+	c = parseRun(t, "--announcement-ids", "1")
+	require.Equal(t, 1, c.managerConfig(nil, transport, nil, nil).AnnouncementIDs, "the rolling upgrade's setting")
+}
+
 func TestClaimLeaseComesFromTheEnvironmentToo(t *testing.T) {
 	t.Setenv("TIMEOUTMILL_CLAIM_LEASE", "2m30s")
 	require.Equal(t, 150*time.Second, parseRun(t).ClaimLease)

@@ -28,6 +28,7 @@ type runCmd struct {
 	Instance        string        `help:"Name of this instance in logs. Defaults to host name and process id."`
 	PollInterval    time.Duration `default:"1m" help:"Longest time between looks at the store (it also wakes at the next due time)."`
 	ClaimLease      time.Duration `default:"1m" help:"How long ids claimed by the poller stay hidden from other pollers; ids claimed but not announced (after a kill -9, say) are claimed again when it ends. At least 1s; below 30s ids still being announced or dispatched may be announced again (duplicates, never loss)."`
+	AnnouncementIDs int           `name:"announcement-ids" default:"100" help:"Most due ids one dispatcher message carries (1 to 1000). Set 1 while instances of a release that reads one id per message still run (a rolling upgrade)."`
 	OutageWait      time.Duration `default:"2m" help:"How long the store may be unreachable before a critical error stops the service (TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages)."`
 	NumberOfRetries int           `default:"0" help:"Retries of a failed forward before the message goes to the error queue."`
 	MetricsAddr     string        `help:"Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464." placeholder:"ADDR"`
@@ -159,6 +160,7 @@ func (c *runCmd) managerConfig(store persistence.Store, transport *connect.Trans
 		ErrorQueue:        c.ErrorQueue,
 		PollInterval:      c.PollInterval,
 		ClaimLease:        c.ClaimLease,
+		AnnouncementIDs:   c.AnnouncementIDs,
 		NumberOfRetries:   c.NumberOfRetries,
 		MetricsRegisterer: registry,
 		Forwarder:         forwarder,

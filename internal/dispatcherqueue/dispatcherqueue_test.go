@@ -3,14 +3,17 @@ package dispatcherqueue_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 // recorder is a message.Publisher that records what it was given, can fail chosen batches, and
@@ -21,6 +24,7 @@ type recorder struct {
 	mu      sync.Mutex
 	topics  map[string]bool
 	ids     []string
+	msgs    int
 	running int
 	peak    int
 	meet    int
@@ -51,11 +55,12 @@ func (r *recorder) Publish(topic string, msgs ...*message.Message) error {
 		if !dispatcherqueue.IsAnnouncement(m.Context()) {
 			return errors.New("an announcement's context does not say so")
 		}
-		id, err := dispatcherqueue.Decode(m)
+		ids, err := dispatcherqueue.Decode(m)
 		if err != nil {
 			return err
 		}
-		r.ids = append(r.ids, id)
+		r.msgs++
+		r.ids = append(r.ids, ids...)
 	}
 	return nil
 }
@@ -73,7 +78,7 @@ func ids(n int) []string {
 func TestPublishDueAnnouncesEveryIDOnce(t *testing.T) {
 	for _, n := range []int{0, 1, 99, 100, 101, 500, 677} {
 		rec := &recorder{topics: map[string]bool{}, meet: min((n+99)/100, 2)}
-		p := dispatcherqueue.NewPublisher(rec, "orders", 100)
+		p := dispatcherqueue.NewPublisher(rec, "orders", 100, 1)
 		want := ids(n)
 		require.NoError(t, p.PublishDue(t.Context(), want))
 		got := slices.Clone(rec.ids)
@@ -92,7 +97,7 @@ func TestPublishDueAnnouncesEveryIDOnce(t *testing.T) {
 
 func TestPublishDueReportsFailedBatches(t *testing.T) {
 	rec := &recorder{topics: map[string]bool{}, fail: func(first string) bool { return first == ids(300)[100] }}
-	p := dispatcherqueue.NewPublisher(rec, "orders", 100)
+	p := dispatcherqueue.NewPublisher(rec, "orders", 100, 1)
 	err := p.PublishDue(t.Context(), ids(300))
 	require.ErrorContains(t, err, "broker said no")
 	require.Len(t, rec.ids, 200, "the other batches are announced")
@@ -105,4 +110,87 @@ func TestPublishDueReportsFailedBatches(t *testing.T) {
 func TestIsAnnouncement(t *testing.T) {
 	require.False(t, dispatcherqueue.IsAnnouncement(t.Context()))
 	require.False(t, dispatcherqueue.IsAnnouncement(message.NewMessage("x", nil).Context()))
+}
+
+func TestPublishDuePutsManyIDsInAMessage(t *testing.T) {
+	for _, tc := range []struct {
+		ids, perMessage, wantMsgs int
+	}{
+		{1, 100, 1}, {100, 100, 1}, {101, 100, 2}, {150, 100, 2}, {500, 100, 5}, {677, 100, 7}, {3, 1, 3},
+	} {
+		rec := &recorder{topics: map[string]bool{}, meet: 1}
+		p := dispatcherqueue.NewPublisher(rec, "orders", 100, tc.perMessage)
+		want := ids(tc.ids)
+		require.NoError(t, p.PublishDue(t.Context(), want))
+		got := slices.Clone(rec.ids)
+		slices.Sort(got)
+		require.Equal(t, want, got, "%+v: each id once", tc)
+		require.Equal(t, tc.wantMsgs, rec.msgs, "%+v: messages", tc)
+	}
+}
+
+func TestPublishDueReportsEveryIDOfAFailedCall(t *testing.T) {
+	rec := &recorder{topics: map[string]bool{}, meet: 1, fail: func(string) bool { return true }}
+	p := dispatcherqueue.NewPublisher(rec, "orders", 100, 100)
+	err := p.PublishDue(t.Context(), ids(250))
+	var na *dispatcherqueue.NotAnnouncedError
+	require.ErrorAs(t, err, &na)
+	got := slices.Clone(na.IDs)
+	slices.Sort(got)
+	require.Equal(t, ids(250), got, "the ids of every message of the failed call, to publish again")
+}
+
+func TestOneIDIsTheOriginalFormat(t *testing.T) {
+	m := dispatcherqueue.NewBatchMessage([]string{"order-42"})
+	require.Equal(t, "order-42", string(m.Payload))
+	require.NotContains(t, m.Metadata, wire.HeaderDispatchIDs, "older dispatch satellites read it")
+
+	got, err := dispatcherqueue.Decode(message.NewMessage(watermill.NewUUID(), []byte("written by hand, with spaces")))
+	require.NoError(t, err)
+	require.Equal(t, []string{"written by hand, with spaces"}, got, "a one-id message of an older poller or another producer")
+}
+
+func TestManyIDsRoundTrip(t *testing.T) {
+	want := []string{"a", "order 42", "ü-ÿ", strings.Repeat("x", 250)}
+	m := dispatcherqueue.NewBatchMessage(want)
+	require.Equal(t, "4", m.Metadata.Get(wire.HeaderDispatchIDs))
+	got, err := dispatcherqueue.Decode(m)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
+
+// TestManyIDsAreMalformedWithoutTheirHeader is what a dispatch satellite that knows only the
+// one-id format sees: not an id it would look up and ack as gone, but a malformed message for
+// the error queue, its timeouts left in the store for their lease to run out.
+func TestManyIDsAreMalformedWithoutTheirHeader(t *testing.T) {
+	m := dispatcherqueue.NewBatchMessage(ids(3))
+	delete(m.Metadata, wire.HeaderDispatchIDs)
+	_, err := dispatcherqueue.Decode(m)
+	require.ErrorIs(t, err, dispatcherqueue.ErrMalformed)
+}
+
+func TestMalformedDispatcherMessages(t *testing.T) {
+	for name, tc := range map[string]struct {
+		count, payload string
+	}{
+		"count not a number":      {"two", "a\nb\n"},
+		"count zero":              {"0", ""},
+		"count above the maximum": {"1001", strings.Repeat("a\n", 1001)},
+		"count too small":         {"1", "a\nb\n"},
+		"count too large":         {"3", "a\nb\n"},
+		"no final line feed":      {"2", "a\nb"},
+		"an empty id":             {"2", "a\n\n"},
+		"a control character":     {"2", "a\nb\tc\n"},
+		"an id too long":          {"2", "a\n" + strings.Repeat("x", 251) + "\n"},
+		"not UTF-8":               {"2", "a\n\xff\n"},
+	} {
+		m := message.NewMessage(watermill.NewUUID(), []byte(tc.payload))
+		m.Metadata.Set(wire.HeaderDispatchIDs, tc.count)
+		_, err := dispatcherqueue.Decode(m)
+		require.ErrorIs(t, err, dispatcherqueue.ErrMalformed, name)
+	}
+	for name, payload := range map[string]string{"empty": "", "too long": strings.Repeat("x", 251), "control": "a\nb"} {
+		_, err := dispatcherqueue.Decode(message.NewMessage(watermill.NewUUID(), []byte(payload)))
+		require.ErrorIs(t, err, dispatcherqueue.ErrMalformed, name)
+	}
 }

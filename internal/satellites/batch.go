@@ -30,15 +30,26 @@ const (
 	minParallelBatch = 16
 )
 
-// request is one message waiting for its batch.
+// request is one item waiting for its batch: a message, or one id of a dispatcher message that
+// carries many.
 type request[T any] struct {
-	item T
-	done chan error    // the message's result: nil acks it
-	lead chan struct{} // told to handle the queue's next batch
-	told bool          // lead was sent; guarded by the batcher's mu
+	item    T
+	index   int           // the item's place among those of its do call
+	results chan<- result // shared by the items of one do call
+	lead    chan struct{} // shared by the items of one do call: told to handle the queue's next batch
+	told    bool          // lead was sent for this item; guarded by the batcher's mu
 }
 
-// batcher gathers the messages a satellite handles at the same time into batches, without a
+// result is one item's outcome: nil acks it.
+type result struct {
+	index int
+	err   error
+}
+
+// finish answers the request. Each request is answered once.
+func (r *request[T]) finish(err error) { r.results <- result{index: r.index, err: err} }
+
+// batcher gathers the items a satellite handles at the same time into batches, without a
 // goroutine of its own: a handler that finds fewer than maxBatchers batches running handles the
 // queue itself, and hands on to a waiting handler when it is done, so batches form while the
 // previous one waits on the store or the broker, and a lone message is handled at once.
@@ -52,31 +63,57 @@ type batcher[T any] struct {
 	running int
 }
 
-// do handles item with whatever else is waiting, and returns its result.
-func (b *batcher[T]) do(item T) error {
-	r := &request[T]{item: item, done: make(chan error, 1), lead: make(chan struct{}, 1)}
+// do handles items with whatever else is waiting, and returns their results in their order.
+// The items of one call (the ids of one dispatcher message) join the queue together, so they
+// are batched together as far as max allows; several batches start at once when there are
+// enough of them.
+func (b *batcher[T]) do(items ...T) []error {
+	results := make(chan result, len(items))
+	lead := make(chan struct{}, len(items))
 	b.mu.Lock()
-	b.queue = append(b.queue, r)
-	if b.running == 0 || b.running < maxBatchers && len(b.queue)-b.head >= minParallelBatch {
-		b.running++
-		b.mu.Unlock()
-		b.lead()
-	} else {
-		b.mu.Unlock()
+	for i, item := range items {
+		b.queue = append(b.queue, &request[T]{item: item, index: i, results: results, lead: lead})
 	}
+	// One handler leads when none is running; another for each further minParallelBatch waiting
+	// beyond what those running batches take, up to maxBatchers.
+	starts, waiting := 0, len(b.queue)-b.head
+	if b.running == 0 {
+		starts, waiting = 1, waiting-min(waiting, b.max)
+	}
+	for b.running+starts < maxBatchers && waiting >= minParallelBatch {
+		starts, waiting = starts+1, waiting-min(waiting, b.max)
+	}
+	b.running += starts
+	b.mu.Unlock()
+	// A call with one item leads on its own goroutine: told to lead only while its item waits, it
+	// has nothing else to attend to. A call with many leads on goroutines of their own, so that
+	// it follows at once each telling meant for an item of its still in the queue.
+	lead1 := b.lead
+	if len(items) > 1 {
+		lead1 = func() { go b.lead() }
+	}
+	for range starts {
+		lead1()
+	}
+	errs := make([]error, len(items))
+	for left := len(items); left > 0; {
+		select {
+		case r := <-results:
+			errs[r.index] = r.err
+			left--
+		case <-lead:
+			lead1()
+		}
+	}
+	// An item is told to lead only while it waits in the queue, before its result: a telling
+	// that came with the last results is still to be followed, or the queue would wait for
+	// nobody.
 	for {
 		select {
-		case err := <-r.done:
-			// Told to lead while its own result came from another batch: lead anyway, or the
-			// queue would wait for nobody.
-			select {
-			case <-r.lead:
-				b.lead()
-			default:
-			}
-			return err
-		case <-r.lead:
-			b.lead()
+		case <-lead:
+			lead1()
+		default:
+			return errs
 		}
 	}
 }
@@ -108,8 +145,8 @@ func (b *batcher[T]) lead() {
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	// Only a handler still in the queue is told to lead, once; it leaves the queue under this
-	// lock, so one that has returned is never told.
+	// Only an item still in the queue is told to lead, once; it leaves the queue under this
+	// lock, so the do call of one that has been answered is never told.
 	for _, r := range b.queue[b.head:] {
 		if !r.told {
 			r.told = true
@@ -182,12 +219,12 @@ func (s *Store) store(batch []*request[delayed]) {
 	if err != nil {
 		r := first[0]
 		if errors.Is(err, persistence.ErrInvalidTimeout) {
-			r.done <- s.reject(r.item.msg, err.Error())
+			r.finish(s.reject(r.item.msg, err.Error()))
 			return
 		}
 		s.logger.Error("Storing timeout failed; will retry", err, watermill.LogFields{"timeout_id": r.item.t.ID})
 		s.cfg.Breaker.Failure(ctx, err)
-		r.done <- fmt.Errorf("storing timeout %s: %w", r.item.t.ID, err)
+		r.finish(fmt.Errorf("storing timeout %s: %w", r.item.t.ID, err))
 		return
 	}
 	s.cfg.Breaker.Success()
@@ -201,17 +238,18 @@ func (s *Store) store(batch []*request[delayed]) {
 			if s.cfg.OnStored != nil {
 				s.cfg.OnStored(r.item.t.Due)
 			}
-			r.done <- nil
+			r.finish(nil)
 			continue
 		}
-		r.done <- s.checkDuplicate(r.item.msg, r.item.t)
+		r.finish(s.checkDuplicate(r.item.msg, r.item.t))
 	}
 }
 
-// due is a dispatcher message and the id it announces.
+// due is one id a dispatcher message announces, and the message.
 type due struct {
-	msg *message.Message
-	id  string
+	msg  *message.Message
+	id   string
+	many bool // the message carries other ids too
 }
 
 // forward is one timeout of a batch on its way to its destination.
@@ -271,11 +309,11 @@ func (d *Dispatch) lookUp(first []*request[due]) (found []forward, ok bool) {
 	if err != nil {
 		r := first[0]
 		if errors.Is(err, persistence.ErrCorruptMetadata) {
-			r.done <- d.unreadable(r.item.msg, r.item.id, err)
+			r.finish(d.unreadable(r.item, err))
 			return nil, true
 		}
 		d.cfg.Breaker.Failure(ctx, err)
-		r.done <- fmt.Errorf("looking up timeout %s: %w", r.item.id, err)
+		r.finish(fmt.Errorf("looking up timeout %s: %w", r.item.id, err))
 		return nil, true
 	}
 	now := time.Now()
@@ -289,7 +327,7 @@ func (d *Dispatch) lookUp(first []*request[due]) (found []forward, ok bool) {
 		t, ok := byID[r.item.id]
 		if !ok {
 			d.logger.Debug("Timeout already dispatched or cancelled", watermill.LogFields{"timeout_id": r.item.id})
-			r.done <- nil
+			r.finish(nil)
 			continue
 		}
 		if t.Due.After(now) {
@@ -325,7 +363,7 @@ func (d *Dispatch) notYetDue(ctx context.Context, reqs []*request[due]) {
 		}
 	}
 	for _, r := range reqs {
-		r.done <- nil
+		r.finish(nil)
 	}
 }
 
@@ -355,14 +393,14 @@ func (d *Dispatch) publishAndRemove(found []forward) {
 				failed.Add(1)
 				go func() {
 					defer failed.Done()
-					f.req.done <- d.forwardFailed(f.req.item.msg, f.t, f.out, err)
+					f.req.finish(d.forwardFailed(f.req.item.msg, f.t, f.out, err))
 				}()
 			}
 			continue
 		}
 		if d.interrupted() {
 			for _, f := range fs {
-				f.req.done <- d.cutShort(f.t, nil)
+				f.req.finish(d.cutShort(f.t, nil))
 			}
 			continue
 		}
@@ -373,7 +411,7 @@ func (d *Dispatch) publishAndRemove(found []forward) {
 	}
 	d.removeMany(sent)
 	for _, f := range sent {
-		f.req.done <- nil
+		f.req.finish(nil)
 	}
 	failed.Wait()
 }

@@ -1,6 +1,7 @@
 package satellites
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -131,13 +132,35 @@ func (d *Dispatch) Name() string { return d.queue }
 // Queue is the endpoint's TimeoutsDispatcher queue.
 func (d *Dispatch) Queue() string { return d.queue }
 
-// Handle dispatches the timeout whose id msg carries.
+// Handle dispatches the timeouts whose ids msg carries, together with the ids of other messages
+// being handled at the same time. It acks msg (returns nil) once every id in it is forwarded,
+// known gone, or moved to the error queue; otherwise it nacks it, and the redelivery skips the
+// ids already dispatched, which are gone from the store by then.
 func (d *Dispatch) Handle(msg *message.Message) error {
-	id, err := dispatcherqueue.Decode(msg)
+	ids, err := dispatcherqueue.Decode(msg)
 	if err != nil {
 		return d.cfg.ErrorQueue.Send(msg, errorqueue.Failure{Reason: err.Error(), Queue: d.queue, Handler: d.Name()})
 	}
-	return d.batcher.do(due{msg: msg, id: id})
+	items := make([]due, len(ids))
+	for i, id := range ids {
+		items[i] = due{msg: msg, id: id, many: len(ids) > 1}
+	}
+	errs := d.batcher.do(items...)
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	var first error
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+			first = cmp.Or(first, err)
+		}
+	}
+	if failed == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of the %d due ids of the message not dispatched yet: %w", failed, len(ids), first)
 }
 
 func (d *Dispatch) stopping() bool    { return d.cfg.Stopping != nil && d.cfg.Stopping() }
@@ -210,17 +233,24 @@ func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, ou
 }
 
 // unreadable handles a timeout the store holds but cannot read back (its stored headers are
-// corrupt): every attempt would fail the same way, so rather than retry it forever the
-// dispatcher message, which carries its id, goes to the error queue with the reason, and the
-// timeout leaves the store. An operator can still look for the row by that id in a backup.
-func (d *Dispatch) unreadable(msg *message.Message, id string, cause error) error {
-	reason := fmt.Sprintf("timeout %s cannot be read from the store and was removed from it: %v", id, cause)
+// corrupt): every attempt would fail the same way, so rather than retry it forever a dispatcher
+// message carrying its id alone goes to the error queue with the reason (the message itself when
+// it carries only that id), and the timeout leaves the store. An operator can still look for the
+// row by that id in a backup. The other ids of a message that carries many are dispatched as
+// usual.
+func (d *Dispatch) unreadable(x due, cause error) error {
+	reason := fmt.Sprintf("timeout %s cannot be read from the store and was removed from it: %v", x.id, cause)
 	d.logger.Error("Stored timeout is unreadable; moving its id to the error queue", cause,
-		watermill.LogFields{"timeout_id": id, "error_queue": d.cfg.ErrorQueue.Topic()})
-	if err := d.cfg.ErrorQueue.Send(msg, errorqueue.Failure{Reason: reason, Queue: d.queue, Handler: d.Name(), Attempts: 1}); err != nil {
+		watermill.LogFields{"timeout_id": x.id, "error_queue": d.cfg.ErrorQueue.Topic()})
+	poison := x.msg
+	if x.many {
+		poison = dispatcherqueue.NewMessage(x.id)
+		poison.SetContext(x.msg.Context())
+	}
+	if err := d.cfg.ErrorQueue.Send(poison, errorqueue.Failure{Reason: reason, Queue: d.queue, Handler: d.Name(), Attempts: 1}); err != nil {
 		return err
 	}
-	d.remove(msg, id)
+	d.remove(x.msg, x.id)
 	return nil
 }
 

@@ -51,7 +51,7 @@ func (d *Dispatch) forwardMany(ctx context.Context, found []forward) {
 	}
 	if err != nil {
 		f := found[0]
-		f.req.done <- d.forwardFailed(f.req.item.msg, f.t, f.out, err)
+		f.req.finish(d.forwardFailed(f.req.item.msg, f.t, f.out, err))
 		return
 	}
 	gone := make(map[string]bool, len(removed))
@@ -64,6 +64,6 @@ func (d *Dispatch) forwardMany(ctx context.Context, found []forward) {
 		} else {
 			d.logger.Debug("Timeout already dispatched or cancelled; nothing forwarded", watermill.LogFields{"timeout_id": f.t.ID})
 		}
-		f.req.done <- nil
+		f.req.finish(nil)
 	}
 }

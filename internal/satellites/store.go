@@ -94,7 +94,7 @@ func (s *Store) Handle(msg *message.Message) error {
 	if t.Key != "" {
 		return s.scheduleKeyed(msg, t)
 	}
-	return s.batcher.do(delayed{msg: msg, t: t})
+	return s.batcher.do(delayed{msg: msg, t: t})[0]
 }
 
 // scheduleKeyed stores a timeout with a deduplication key, alone: Scheduler.Schedule resolves

@@ -689,7 +689,7 @@ func TestAnnouncementsAreTransientOnlyWhenConfigured(t *testing.T) {
 			config := b.config
 			config.TransientAnnouncements = tc.transient
 			pub := newPublisher(t, config)
-			announcer := dispatcherqueue.NewPublisher(pub, b.queue("E"), 0)
+			announcer := dispatcherqueue.NewPublisher(pub, b.queue("E"), 0, 0)
 			require.NoError(t, announcer.PublishDue(t.Context(), []string{"timeout-1"}))
 			d := b.get(t, announcer.Topic())
 			require.Equal(t, tc.want, d.DeliveryMode, "announcement")

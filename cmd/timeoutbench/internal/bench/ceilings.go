@@ -126,7 +126,7 @@ func roundTrip(ctx context.Context, env Env, plan Plan) (Result, error) {
 
 	batch := make([]*message.Message, n)
 	for i := range batch {
-		batch[i] = message.NewMessage(watermill.NewUUID(), payload())
+		batch[i] = message.NewMessage(watermill.NewUUID(), plan.payload())
 	}
 	start := time.Now()
 	failed, err := publishChunks(batch, 8, 100, func(ms []*message.Message) error { return pub.Publish(queue, ms...) })
@@ -252,7 +252,7 @@ func deadLetterPath(quorum bool, hops int) func(ctx context.Context, env Env, pl
 
 		pubs := make([]amqp.Publishing, n)
 		for i := range pubs {
-			p, err := amqpmarshal.Marshaler{}.Marshal(message.NewMessage(watermill.NewUUID(), payload()))
+			p, err := amqpmarshal.Marshaler{}.Marshal(message.NewMessage(watermill.NewUUID(), plan.payload()))
 			if err != nil {
 				return Result{}, err
 			}
@@ -345,7 +345,7 @@ func postgresCommits(conns int) func(ctx context.Context, env Env, plan Plan) (R
 			return Result{}, err
 		}
 		n, d, err := commitLoop(ctx, conns, plan.CommitTime, func(ctx context.Context) error {
-			_, err := db.ExecContext(ctx, `INSERT INTO `+table+` (payload) VALUES ($1)`, payload())
+			_, err := db.ExecContext(ctx, `INSERT INTO `+table+` (payload) VALUES ($1)`, plan.payload())
 			return err
 		})
 		if err != nil {
@@ -377,7 +377,7 @@ func sqliteCommits(ctx context.Context, env Env, plan Plan) (Result, error) {
 		return Result{}, err
 	}
 	n, d, err := commitLoop(ctx, 1, plan.CommitTime, func(ctx context.Context) error {
-		_, err := db.ExecContext(ctx, `INSERT INTO commits (payload) VALUES (?)`, payload())
+		_, err := db.ExecContext(ctx, `INSERT INTO commits (payload) VALUES (?)`, plan.payload())
 		return err
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -13,11 +14,19 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// payload is the body of every message sent: 64 bytes of JSON (the watermill-sql peer keeps
-// payloads in a JSON column), small as timeouts usually are.
-func payload() []byte {
-	return []byte(`{"timeoutbench":"` + strings.Repeat("x", 64-len(`{"timeoutbench":""}`)) + `"}`)
+// DefaultPayload is the size of the body of every message sent unless Plan.Payload says
+// otherwise: 64 bytes, small as timeouts usually are.
+const DefaultPayload = 64
+
+// payload is the body of every message sent: n bytes of JSON (the watermill-sql peer keeps
+// payloads in a JSON column), at least the 19 of its frame.
+func payload(n int) []byte {
+	frame := len(`{"timeoutbench":""}`)
+	return []byte(`{"timeoutbench":"` + strings.Repeat("x", max(0, n-frame)) + `"}`)
 }
+
+// payload is the body of the plan's messages.
+func (p Plan) payload() []byte { return payload(cmp.Or(p.Payload, DefaultPayload)) }
 
 // linger is how long a run keeps counting after the last expected message arrived, so that
 // duplicates close behind it are seen.
@@ -33,7 +42,7 @@ type workload struct {
 }
 
 func (w workload) message(run string, seq int, due time.Time) *message.Message {
-	msg := message.NewMessage(watermill.NewUUID(), payload())
+	msg := message.NewMessage(watermill.NewUUID(), w.plan.payload())
 	msg.Metadata.Set(HeaderRun, run)
 	msg.Metadata.Set(HeaderSeq, strconv.Itoa(seq))
 	msg.Metadata.Set(HeaderDue, strconv.FormatInt(due.UnixNano(), 10))

@@ -4,9 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 	"github.com/timeoutmill/timeoutmill/timeouts"
+	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 // nativePrefix names the benchmark's delay levels, apart from any an application uses.
@@ -57,4 +64,109 @@ func nativeRabbitMQ() System {
 			}, nil
 		},
 	}
+}
+
+// nativePlainName names the native ceiling's row.
+const nativePlainName = "RabbitMQ native, plain amqp091 client (28 levels)"
+
+// nativePlain is the native ceiling of the project's own making: the same 28-level topology and
+// the same delays as nativeRabbitMQ, published by a plain amqp091 client (the routing key built
+// by hand, one channel with confirms per call, no marshaling beyond copying the headers), so
+// that the native row reads as the project's overhead on the mechanism. It is a yardstick, not
+// timeoutmill: the targets leave it out of timeoutmill's own.
+func nativePlain() System {
+	return System{
+		Name:      nativePlainName,
+		Needs:     []string{"rabbitmq"},
+		Reference: true,
+		Open: func(ctx context.Context, env Env, dest string) (*Rig, error) {
+			closers := cleanup{func() error { return deleteQueues(env.AMQPURL, dest) }}
+			fail := func(err error) (*Rig, error) { return nil, errors.Join(err, closers.run()) }
+			// The topology is declared with the project's tool; only the publishing is plain.
+			setup, err := rabbitmq.NewPublisher(rabbitmq.Config{URL: env.AMQPURL, Prefix: nativePrefix, ConnectionName: "timeoutbench native setup"}, env.logger())
+			if err != nil {
+				return fail(fmt.Errorf("connecting the native set-up: %w", err))
+			}
+			err = setup.Setup(ctx)
+			if err == nil {
+				err = setup.EnsureDestinations(ctx, dest)
+			}
+			if err := errors.Join(err, setup.Close()); err != nil {
+				return fail(fmt.Errorf("declaring the delay levels: %w", err))
+			}
+			conn, err := amqp.Dial(env.AMQPURL)
+			if err != nil {
+				return fail(fmt.Errorf("connecting the plain client: %w", err))
+			}
+			closers = append(closers, conn.Close)
+			arrivals, closeReceiver, err := receiver(ctx, env.AMQPURL, dest)
+			if err != nil {
+				return fail(err)
+			}
+			closers = append(closers, closeReceiver)
+			return &Rig{
+				Mark:     timeouts.DeliverAt,
+				Publish:  func(topic string, msgs ...*message.Message) error { return plainNativePublish(ctx, conn, topic, msgs) },
+				Arrivals: arrivals,
+				Close:    closers.run,
+				Notes:    []string{"the native row's topology and delays, published with amqp091 alone: persistent, confirms, a channel per call"},
+			}, nil
+		},
+	}
+}
+
+// plainNativePublish publishes msgs into the delay levels for topic, each delayed until its
+// wire.HeaderExpire rounded up to whole seconds, as NServiceBus.RabbitMQ v2 routes them: to the
+// exchange of the delay's highest set bit, with a routing key of its 28 bits and the topic.
+func plainNativePublish(ctx context.Context, conn *amqp.Connection, topic string, msgs []*message.Message) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
+	now := time.Now()
+	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
+	for i, msg := range msgs {
+		due, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(wire.HeaderExpire))
+		if err != nil {
+			return fmt.Errorf("message %s: %w", msg.UUID, err)
+		}
+		var seconds uint32
+		if d := due.Sub(now); d > 0 {
+			seconds = uint32((d + time.Second - 1) / time.Second)
+		}
+		var key strings.Builder
+		for bit := 27; bit >= 0; bit-- {
+			key.WriteByte('0' + byte(seconds>>bit&1))
+			key.WriteByte('.')
+		}
+		key.WriteString(topic)
+		exchange := nativePrefix + ".delay-delivery"
+		if seconds > 0 {
+			exchange = fmt.Sprintf("%s.delay-level-%02d", nativePrefix, bits.Len32(seconds)-1)
+		}
+		headers := amqp.Table{"_watermill_message_uuid": msg.UUID}
+		for k, v := range msg.Metadata {
+			if k != wire.HeaderExpire {
+				headers[k] = v
+			}
+		}
+		p := amqp.Publishing{MessageId: msg.UUID, Headers: headers, Body: msg.Payload, DeliveryMode: amqp.Persistent}
+		if confirms[i], err = ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key.String(), false, false, p); err != nil {
+			return err
+		}
+	}
+	for _, dc := range confirms {
+		ok, err := dc.WaitContext(ctx)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("message not confirmed")
+		}
+	}
+	return nil
 }

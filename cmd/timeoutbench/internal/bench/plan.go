@@ -49,6 +49,9 @@ type Plan struct {
 	// the broker's round trip varies between runs minutes apart.
 	Runs int
 
+	// Payload is the size in bytes of every message's body; 0 means DefaultPayload.
+	Payload int
+
 	// Grace is how long a workload waits for the last messages after they were due before it
 	// counts the missing ones as lost.
 	Grace time.Duration

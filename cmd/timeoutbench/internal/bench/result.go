@@ -47,6 +47,8 @@ type Result struct {
 	Notes []string
 	// NotRun says why the row was not measured; the row is shown with it.
 	NotRun string
+	// Reference marks a row that is not timeoutmill (System.Reference).
+	Reference bool
 
 	// Figures are named extra numbers (the store rate at scale, one claim's time, peak RSS),
 	// used by the targets.

@@ -116,9 +116,10 @@ func sqlTransport() System {
 // defaults (a 1 s poll), deleting messages on ack, delays set with Watermill's delay.Message.
 func watermillPeer() System {
 	return System{
-		Name:  "peer: watermill-sql DelayedPostgreSQL",
-		Needs: []string{"postgres"},
-		SQL:   true,
+		Name:      "peer: watermill-sql DelayedPostgreSQL",
+		Needs:     []string{"postgres"},
+		SQL:       true,
+		Reference: true,
 		Open: func(ctx context.Context, env Env, dest string) (*Rig, error) {
 			schema, err := newSchema(ctx, env.PostgresDSN)
 			if err != nil {

@@ -180,7 +180,7 @@ func streamRoundTrip(b streamBroker, name string) func(ctx context.Context, env 
 		got := countArrivals(msgs, n)
 		batch := make([]*message.Message, n)
 		for i := range batch {
-			batch[i] = message.NewMessage(watermill.NewUUID(), payload())
+			batch[i] = message.NewMessage(watermill.NewUUID(), plan.payload())
 		}
 		start := time.Now()
 		failed, err := publishChunks(batch, 8, 100, func(ms []*message.Message) error { return pub.Publish(queue, ms...) })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -31,7 +32,7 @@ type Suite struct {
 func DefaultSuite(plan Plan) Suite {
 	return Suite{
 		Plan:     plan,
-		Systems:  Systems(),
+		Systems:  Systems(plan),
 		Ceilings: Ceilings(),
 		Scale:    runScale,
 	}
@@ -80,6 +81,9 @@ func (s Suite) Run(ctx context.Context, env Env) ([]Result, error) {
 	for _, sys := range s.Systems {
 		kinds := []Kind{}
 		for _, k := range []Kind{KindPrecision, KindBacklog} {
+			if len(sys.Kinds) > 0 && !slices.Contains(sys.Kinds, k) {
+				continue
+			}
 			if s.wants(Result{System: sys.Name, Kind: k}.Name()) {
 				kinds = append(kinds, k)
 			}
@@ -133,7 +137,11 @@ func (s Suite) runSystem(ctx context.Context, env Env, sys System, kinds []Kind)
 		return rows("failed to set up: " + err.Error())
 	}
 	in := receive(rig.Arrivals)
-	w := workload{plan: s.Plan, sys: sys, rig: rig, in: in, dest: dest}
+	plan := s.Plan
+	if sys.Payload > 0 {
+		plan.Payload = sys.Payload
+	}
+	w := workload{plan: plan, sys: sys, rig: rig, in: in, dest: dest}
 	var out []Result
 	for _, k := range kinds {
 		switch k {
@@ -159,6 +167,10 @@ func (s Suite) runSystem(ctx context.Context, env Env, sys System, kinds []Kind)
 		if ctx.Err() != nil {
 			break
 		}
+	}
+	for i := range out {
+		out[i].Reference = sys.Reference
+		out[i].Notes = append(out[i].Notes, fmt.Sprintf("%d-byte payloads", len(plan.payload())))
 	}
 	if err := rig.Close(); err != nil {
 		out[len(out)-1].Notes = append(out[len(out)-1].Notes, "closing: "+err.Error())

@@ -63,6 +63,13 @@ type System struct {
 	Needs []string
 	// SQL systems move every message through SQL tables and get Plan.BacklogSQL.
 	SQL bool
+	// Payload, when set, is the size of its messages' bodies, whatever Plan.Payload says.
+	Payload int
+	// Kinds, when set, are the only workloads run on it.
+	Kinds []Kind
+	// Reference marks a row that is not timeoutmill (a peer, or a raw path run through the
+	// workloads): the targets read it as a yardstick and leave it out of timeoutmill's own.
+	Reference bool
 	// Open sets the system up to deliver to the queue or topic named destination.
 	Open func(ctx context.Context, env Env, destination string) (*Rig, error)
 }

@@ -1,15 +1,27 @@
 package bench
 
-// Systems are the delay mechanisms measured, timeoutmill's first, the peer last.
-func Systems() []System {
+// rabbitMQPostgres1KB names the RabbitMQ + PostgreSQL backlog with 1 KB payloads.
+const rabbitMQPostgres1KB = "RabbitMQ + PostgreSQL, 1 KB payloads"
+
+// Systems are the delay mechanisms measured, timeoutmill's first, the yardsticks run through
+// the same workloads after the system they measure, the peer last. The full run also drains the
+// RabbitMQ + PostgreSQL backlog with 1 KB payloads, unless every scenario has them (-payload).
+func Systems(plan Plan) []System {
 	systems := []System{
 		goChannelSystem("GoChannel + memory", openMemory),
 		goChannelSystem("GoChannel + SQLite", openSQLite),
 		rabbitMQPostgres(),
+	}
+	if plan.Mode == Full && (plan.Payload == 0 || plan.Payload == DefaultPayload) {
+		kb := rabbitMQPostgres()
+		kb.Name, kb.Payload, kb.Kinds = rabbitMQPostgres1KB, 1024, []Kind{KindBacklog}
+		systems = append(systems, kb)
+	}
+	systems = append(systems,
 		sqlTransport(),
 		nativeRabbitMQ(),
-		watermillPeer(),
-	}
-	// The stream brokers before the peer, which stays last.
-	return append(systems[:len(systems)-1:len(systems)-1], append(streamSystems(), systems[len(systems)-1])...)
+		nativePlain(),
+	)
+	// The stream brokers, then the peer, last.
+	return append(append(systems, streamSystems()...), watermillPeer())
 }
