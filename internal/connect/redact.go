@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 )
 
 // redactedPassword stands in for a password in anything shown to a person.
@@ -16,6 +18,9 @@ var passwordPattern = regexp.MustCompile(`([A-Za-z0-9+.\-]*://)?([^:@/\s"'(]+):(
 
 // Redact returns dsn with its password replaced, for errors, logs and output.
 func Redact(dsn string) string {
+	if urls := amqpconn.SplitURLs(dsn); len(urls) > 1 {
+		return amqpconn.Redact(dsn) // the nodes of a RabbitMQ cluster
+	}
 	if u, err := url.Parse(dsn); err == nil && u.User != nil {
 		if _, has := u.User.Password(); has {
 			u.User = url.UserPassword(u.User.Username(), redactedPassword)
@@ -31,6 +36,9 @@ func Redact(dsn string) string {
 func RedactError(err error, secret string) error {
 	if err == nil {
 		return nil
+	}
+	if urls := amqpconn.SplitURLs(secret); len(urls) > 1 {
+		return amqpconn.RedactError(err, secret)
 	}
 	password := passwordOf(secret)
 	text := err.Error()
