@@ -41,7 +41,8 @@ type DispatchConfig struct {
 	// Required.
 	Breaker *critical.CircuitBreaker
 	// NumberOfRetries is how many times forwarding a due message is retried after its first
-	// failed attempt before it goes to the error queue: 0 means one attempt in all.
+	// failed attempt before it goes to the error queue: 0 means one attempt in all. A forward
+	// that failed with the connection is not an attempt (see connectionLost).
 	NumberOfRetries int
 	// RecoveryBreaker counts failures to record a failed forwarding attempt
 	// (MaximumRecoveryFailuresPerSecond). Optional.
