@@ -150,6 +150,8 @@ func TestFaultBrokerBlipsSendNoGoodMessageToTheErrorQueue(t *testing.T) {
 	got.quiet(2*time.Second, 30*time.Second)
 	errs.quiet(2*time.Second, 10*time.Second)
 	f := got.figures(ids(msgs))
+	// Whether a blip catches a forward in flight depends on timing: a figure, not an assertion
+	// (internal/satellites' tests hold the classification itself).
 	notCounted := svc.count("failed with the connection; not counted as an attempt")
 	faultLog(t, "%s; error queue %d; %d blips cut %d connections; %d delivered by the last blip; "+
 		"forwards failed with the connection (not counted): %d; all delivered %s after the last blip; critical errors: %d",
@@ -163,7 +165,6 @@ func TestFaultBrokerBlipsSendNoGoodMessageToTheErrorQueue(t *testing.T) {
 	require.True(t, allDelivered, "all delivered (%d of %d)", got.distinct(), count)
 	requireNoneLost(t, f)
 	require.Zero(t, errs.distinct(), "no good message reaches the error queue through a connection failure")
-	require.Positive(t, notCounted, "the blips cut forwards short, which were retried rather than counted:\n%s", svc.tail(20))
 	require.Zero(t, svc.count(criticalLogged), "blips shorter than the breakers' waits are no critical error:\n%s", svc.tail(20))
 	svc.signal(t, sigterm)
 	code, _ := svc.wait(t, time.Minute)
