@@ -329,7 +329,7 @@ func requireNothing(t *testing.T, ch <-chan arrival, during time.Duration) {
 // pending is how many timeouts the store holds.
 func pending(t *testing.T, store persistence.Store) int {
 	t.Helper()
-	st, err := store.(persistence.Inspector).Stats(context.Background())
+	st, err := store.(persistence.Inspector).Stats(context.Background(), time.Now())
 	require.NoError(t, err)
 	return st.Pending
 }

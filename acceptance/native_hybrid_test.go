@@ -151,7 +151,7 @@ func TestNativeEndpointSwitchedToNativeDrainsItsStore(t *testing.T) {
 		ids = append(ids, msg.UUID)
 	}
 	require.Eventually(t, func() bool {
-		st, err := store.(persistence.Inspector).Stats(ctx)
+		st, err := store.(persistence.Inspector).Stats(ctx, time.Now())
 		return err == nil && st.Pending == 20
 	}, nativeManagerLateBound, 20*time.Millisecond, "the stored timeouts are in the store")
 
@@ -164,7 +164,7 @@ func TestNativeEndpointSwitchedToNativeDrainsItsStore(t *testing.T) {
 	}
 	arrivals.wait(t, 40, 5*time.Second+nativeManagerLateBound)
 	require.Eventually(t, func() bool {
-		st, err := store.(persistence.Inspector).Stats(ctx)
+		st, err := store.(persistence.Inspector).Stats(ctx, time.Now())
 		return err == nil && st.Pending == 0
 	}, nativeManagerLateBound, 50*time.Millisecond, "the store drains")
 	for _, id := range ids {

@@ -43,15 +43,13 @@ func runRetryingService(t *testing.T, e *env, work, instance string, schedule []
 	require.NoError(t, err)
 	retries, err := recoverability.New(recoverability.Config{
 		WorkQueue:                 work,
-		Endpoint:                  e.endpoint,
-		Instance:                  instance,
+		DeferredQueue:             e.queue("Deferred." + instance), // deleted at cleanup with the others
 		ErrorQueue:                e.errorQueue,
 		DurationToIgnoreOnFailure: schedule,
 		Publisher:                 pub,
 		Subscriber:                sub,
 	}, testLogger())
 	require.NoError(t, err)
-	e.queue("Deferred." + instance) // deleted at cleanup with the others
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, testLogger())
 	require.NoError(t, err)
 	router.AddConsumerHandler("work", work, sub, handle).AddMiddleware(retries.Middleware)

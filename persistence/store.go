@@ -30,6 +30,11 @@ type Timeout struct {
 	Metadata map[string]string
 	// FailureCount counts failed attempts to forward the message to its destination.
 	FailureCount int
+	// Key optionally deduplicates: while a pending timeout holds a key, a Scheduler.Schedule of
+	// another timeout with that key replaces it or is dropped, as the caller's KeyPolicy says.
+	// Empty for none; at most MaxIDLength bytes. Only Schedule takes timeouts with a key: Store
+	// and StoreMany refuse them with ErrInvalidTimeout, since they would not resolve the key.
+	Key string
 }
 
 // The range of due times every store keeps (MySQL's DATETIME and SQL Server's datetime2 are the
@@ -137,6 +142,18 @@ type Installer interface {
 	SetupInfrastructure(ctx context.Context) error
 }
 
+// errKeyed is the reason Store and StoreMany give for refusing a timeout with a Key.
+var errKeyed = fmt.Errorf("%w: a timeout with a key is kept by Scheduler.Schedule, not Store", ErrInvalidTimeout)
+
+// ValidateUnkeyed checks t as Validate does, and that it has no Key: what Store and StoreMany
+// require.
+func (t Timeout) ValidateUnkeyed() error {
+	if t.Key != "" {
+		return errKeyed
+	}
+	return t.Validate()
+}
+
 // Validate checks what every store requires of a timeout before it is kept.
 func (t Timeout) Validate() error {
 	switch {
@@ -144,13 +161,21 @@ func (t Timeout) Validate() error {
 		return fmt.Errorf("%w: id is empty", ErrInvalidTimeout)
 	case len(t.ID) > MaxIDLength:
 		return fmt.Errorf("%w: id is longer than %d bytes", ErrInvalidTimeout, MaxIDLength)
+	case len(t.Key) > MaxIDLength:
+		return fmt.Errorf("%w: key is longer than %d bytes", ErrInvalidTimeout, MaxIDLength)
 	case t.Destination == "":
 		return fmt.Errorf("%w: destination is empty", ErrInvalidTimeout)
 	case t.Due.IsZero():
 		return fmt.Errorf("%w: due time is zero", ErrInvalidTimeout)
-	case t.Due.Before(MinDue) || t.Due.After(MaxDue):
-		return fmt.Errorf("%w: due time %s is outside %s..%s", ErrInvalidTimeout,
-			t.Due.UTC().Format(time.RFC3339), MinDue.Format(time.RFC3339), MaxDue.Format(time.RFC3339))
+	}
+	return ValidateDue(t.Due)
+}
+
+// ValidateDue checks that due is in the range every store keeps, MinDue..MaxDue.
+func ValidateDue(due time.Time) error {
+	if due.Before(MinDue) || due.After(MaxDue) {
+		return fmt.Errorf("%w: due time %s is out of range %s..%s", ErrInvalidTimeout,
+			due.UTC().Format(time.RFC3339), MinDue.Format(time.RFC3339), MaxDue.Format(time.RFC3339))
 	}
 	return nil
 }
@@ -159,25 +184,51 @@ func (t Timeout) Validate() error {
 type Stats struct {
 	// Pending counts the stored timeouts, claimed or not.
 	Pending int
-	// Earliest is the due time of the earliest stored timeout; zero when Pending is 0.
+	// DueNow counts those due at the now Stats was given (overdue ones included).
+	DueNow int
+	// Claimed counts those a poller holds at now: they are being delivered.
+	Claimed int
+	// Earliest is the due time of the earliest stored timeout (the oldest overdue one, when
+	// DueNow is not 0); zero when Pending is 0.
 	Earliest time.Time
 	// Latest is the due time of the latest stored timeout; zero when Pending is 0.
 	Latest time.Time
+	// ByDestination counts the stored timeouts of each destination.
+	ByDestination map[string]int
 }
 
-// ListOptions selects a page of timeouts for Inspector.List.
+// ListOptions selects a page of timeouts for Inspector.List. Every filter set must match.
 type ListOptions struct {
 	// Limit is the largest number of timeouts returned. Defaults to 100.
 	Limit int
-	// Owner, when set, lists only that owner's timeouts.
-	Owner string
+	// Owner, Destination and Key, when set, list only the timeouts with that owner, destination
+	// or deduplication key.
+	Owner, Destination, Key string
+	// DueFrom and DueBefore, when not zero, list only timeouts due at or after DueFrom and
+	// before DueBefore.
+	DueFrom, DueBefore time.Time
+	// After, when its ID is set, starts the page after the timeout with that due time and id in
+	// List's order (due time, then id): pass the last timeout of the previous page. Paging so is
+	// stable while timeouts come and go: none is listed twice, and none that stays pending while
+	// the pages are read is skipped.
+	After Position
 }
 
-// Inspector is implemented by stores that can describe their contents to operators (the
-// timeoutmill stats and list commands).
+// Position is a timeout's place in List's order.
+type Position struct {
+	Due time.Time
+	ID  string
+}
+
+// Inspector is an optional interface that may be implemented by a [Store]: it describes the
+// store's contents to operators and to timeouts.Manager's Stats and List. If a Store does not
+// implement Inspector, those calls return ErrUnsupported. Every backend of this module
+// implements it.
 type Inspector interface {
-	Stats(ctx context.Context) (Stats, error)
-	// List returns timeouts earliest due first, without their payloads.
+	// Stats counts what is stored at now. It may read the whole table: it is for operators, not
+	// for a poll loop.
+	Stats(ctx context.Context, now time.Time) (Stats, error)
+	// List returns a page of timeouts in due time order, then id, without their payloads.
 	List(ctx context.Context, opts ListOptions) ([]Timeout, error)
 }
 

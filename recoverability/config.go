@@ -30,35 +30,42 @@ type Config struct {
 	// WorkQueue is the topic the handler consumes; delayed retries are sent back to it. Required.
 	WorkQueue string
 
-	// Endpoint and Instance name this running instance's deferred queue,
-	// wire.DeferredQueue(Endpoint, Instance) = "<Endpoint>.Deferred.<Instance>". A deferred queue
-	// belongs to one instance and is never shared: give every instance its own Instance (a host
-	// name, a pod name), and every handler with retries its own Endpoint. Both are required
-	// unless WithoutDeferredQueue is set.
-	Endpoint string
-	Instance string
-	// WithoutDeferredQueue runs without a deferred queue, as Shuttle does when none is
-	// configured: a message waiting for its delayed retry is put straight back on the work queue,
-	// again and again, until it is due. That keeps the work queue busy with messages that cannot
-	// be handled yet ("queue thrashing"); use it only for the simplest programs and tests.
-	WithoutDeferredQueue bool
+	// DeferredQueue is this running instance's deferred queue, where messages wait for their
+	// delayed retry; any name will do (wire.DeferredQueue(endpoint, instance) gives the
+	// conventional "<endpoint>.Deferred.<instance>"). A deferred queue belongs to one instance
+	// and is never shared: give every running instance, and every handler with retries, its own.
+	// The AMQP and SQL transports refuse a second consumer of it at start (see the package
+	// documentation). Defaults to none: as in Shuttle, a message waiting for its delayed retry
+	// is then put straight back on the work queue, again and again, until it is due; that keeps
+	// the work queue busy with messages that cannot be handled yet ("queue thrashing"), so New
+	// logs a warning, and it suits only the simplest programs and tests.
+	DeferredQueue string
 
 	// ErrorQueue receives messages that are out of retries. Defaults to "error".
 	ErrorQueue string
 	// ImmediateRetries is how many times a failed handler is called again at once, on the
 	// message's first delivery, before delayed retries begin. Defaults to 0.
 	ImmediateRetries int
-	// DurationToIgnoreOnFailure is the delayed-retry schedule: after the n-th failed delivery the
-	// message is ignored for DurationToIgnoreOnFailure[n-1] and then handled once more; when the
-	// list is used up the message goes to the error queue. A handler that always fails is thus
-	// called 1 + ImmediateRetries + len(DurationToIgnoreOnFailure) times. Defaults to 10 s, 30 s,
-	// 1 min when nil; an empty, non-nil list means no delayed retries.
+	// DurationToIgnoreOnFailure is the delayed-retry schedule. Defaults to 10 s, 30 s, 1 min when
+	// nil; an empty, non-nil list means no delayed retries (with MaximumFailureCount: retries
+	// without a wait). Without MaximumFailureCount, after the n-th failed delivery the message is
+	// ignored for DurationToIgnoreOnFailure[n-1] and then handled once more, and when the list is
+	// used up it goes to the error queue: a handler that always fails is called
+	// 1 + ImmediateRetries + len(DurationToIgnoreOnFailure) times.
 	DurationToIgnoreOnFailure []time.Duration
+	// MaximumFailureCount, when above 0, decides as in Shuttle when a message goes to the error
+	// queue: a message is retried while its failures number fewer than MaximumFailureCount, and
+	// the n-th failure waits DurationToIgnoreOnFailure[n-1], or the list's last entry when it is
+	// shorter. A failure is a delivery whose handler calls all failed (on the first delivery,
+	// its ImmediateRetries included), so a handler that always fails is called
+	// ImmediateRetries + MaximumFailureCount times. Defaults to 0: not given, the length of the
+	// schedule decides, as above (which is MaximumFailureCount len(DurationToIgnoreOnFailure)+1).
+	MaximumFailureCount int
 
 	// Publisher sends retries to the work queue, waiting messages to the deferred queue and
 	// failed ones to the error queue. Required.
 	Publisher message.Publisher
-	// Subscriber consumes the deferred queue. Required unless WithoutDeferredQueue is set.
+	// Subscriber consumes the deferred queue. Required with a DeferredQueue.
 	Subscriber message.Subscriber
 	// MaxDeferredHold is the longest the deferred queue's processor holds one message unacked
 	// while it waits for the queue's next processing time; after that it makes a pass anyway.
@@ -77,14 +84,6 @@ func (c *Config) setDefaults() {
 	if c.MaxDeferredHold == 0 {
 		c.MaxDeferredHold = DefaultMaxDeferredHold
 	}
-}
-
-// DeferredQueue is the name of the instance's deferred queue, or "" without one.
-func (c Config) DeferredQueue() string {
-	if c.WithoutDeferredQueue {
-		return ""
-	}
-	return wire.DeferredQueue(c.Endpoint, c.Instance)
 }
 
 // Validate reports the first missing or impossible setting.
@@ -110,30 +109,47 @@ func (c Config) Validate() error {
 		return invalid("Publisher is required")
 	case c.MaxDeferredHold < 0:
 		return invalid("MaxDeferredHold must not be negative, got %s", c.MaxDeferredHold)
+	case c.MaximumFailureCount < 0:
+		return invalid("MaximumFailureCount must not be negative, got %d", c.MaximumFailureCount)
 	}
 	for i, d := range c.DurationToIgnoreOnFailure {
 		if d < 0 {
 			return invalid("DurationToIgnoreOnFailure[%d] must not be negative, got %s", i, d)
 		}
 	}
-	if c.WithoutDeferredQueue {
-		if c.Instance != "" {
-			return invalid("WithoutDeferredQueue is set, yet Instance %q names a deferred queue: choose one", c.Instance)
-		}
+	if c.DeferredQueue == "" {
 		return nil
 	}
-	const hint = " (a deferred queue belongs to one running instance; set WithoutDeferredQueue to run without one)"
-	if err := wireparse.ValidateName("Endpoint", c.Endpoint); err != nil {
-		return fmt.Errorf("%w: %w"+hint, ErrInvalidConfig, err)
+	if err := wireparse.ValidateName("DeferredQueue", c.DeferredQueue); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if err := wireparse.ValidateName("Instance", c.Instance); err != nil {
-		return fmt.Errorf("%w: %w"+hint, ErrInvalidConfig, err)
-	}
-	if q := c.DeferredQueue(); q == c.WorkQueue || q == c.ErrorQueue {
+	if q := c.DeferredQueue; q == c.WorkQueue || q == c.ErrorQueue {
 		return invalid("the deferred queue %q must differ from the work and error queues", q)
 	}
 	if c.Subscriber == nil {
-		return invalid("Subscriber is required to consume the deferred queue %q", c.DeferredQueue())
+		return invalid("Subscriber is required to consume the deferred queue %q", c.DeferredQueue)
 	}
 	return nil
+}
+
+// maxFailures is how many failed deliveries send a message to the error queue.
+func (c Config) maxFailures() int {
+	if c.MaximumFailureCount > 0 {
+		return c.MaximumFailureCount
+	}
+	return len(c.DurationToIgnoreOnFailure) + 1
+}
+
+// ignoreFor is how long a message is ignored after its n-th failed delivery (n from 1): the n-th
+// entry of the schedule, or its last one when it is shorter, or no time without one.
+func (c Config) ignoreFor(n int) time.Duration {
+	s := c.DurationToIgnoreOnFailure
+	switch {
+	case len(s) == 0:
+		return 0
+	case n > len(s):
+		return s[len(s)-1]
+	default:
+		return s[n-1]
+	}
 }

@@ -34,16 +34,13 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"valid", func(*recoverability.Config) {}, ""},
 		{"no work queue", func(c *recoverability.Config) { c.WorkQueue = "" }, "WorkQueue is required: the topic the handler consumes"},
-		{"no instance", func(c *recoverability.Config) { c.Instance = "" },
-			"Instance must not be empty (a deferred queue belongs to one running instance; set WithoutDeferredQueue to run without one)"},
-		{"instance with a space", func(c *recoverability.Config) { c.Instance = "web 1" }, `Instance "web 1" contains whitespace or a control character`},
-		{"no endpoint", func(c *recoverability.Config) { c.Endpoint = "" }, "Endpoint must not be empty"},
-		{"no deferred queue", func(c *recoverability.Config) { c.Endpoint, c.Instance, c.WithoutDeferredQueue = "", "", true }, ""},
-		{"no deferred queue, no subscriber", func(c *recoverability.Config) {
-			c.Endpoint, c.Instance, c.WithoutDeferredQueue, c.Subscriber = "", "", true, nil
-		}, ""},
-		{"both with and without", func(c *recoverability.Config) { c.WithoutDeferredQueue = true },
-			`WithoutDeferredQueue is set, yet Instance "test-1" names a deferred queue: choose one`},
+		{"deferred queue with a space", func(c *recoverability.Config) { c.DeferredQueue = "orders deferred" },
+			`DeferredQueue "orders deferred" contains whitespace or a control character`},
+		{"deferred queue of any name", func(c *recoverability.Config) { c.DeferredQueue = "server-inbox-deferred" }, ""},
+		{"no deferred queue", func(c *recoverability.Config) { c.DeferredQueue = "" }, ""},
+		{"no deferred queue, no subscriber", func(c *recoverability.Config) { c.DeferredQueue, c.Subscriber = "", nil }, ""},
+		{"maximum failure count", func(c *recoverability.Config) { c.MaximumFailureCount = 10 }, ""},
+		{"negative maximum failure count", func(c *recoverability.Config) { c.MaximumFailureCount = -1 }, "MaximumFailureCount must not be negative, got -1"},
 		{"no publisher", func(c *recoverability.Config) { c.Publisher = nil }, "Publisher is required"},
 		{"no subscriber", func(c *recoverability.Config) { c.Subscriber = nil }, `Subscriber is required to consume the deferred queue "orders.Deferred.test-1"`},
 		{"negative immediate retries", func(c *recoverability.Config) { c.ImmediateRetries = -1 }, "ImmediateRetries must not be negative, got -1"},
@@ -54,6 +51,8 @@ func TestConfigValidate(t *testing.T) {
 		{"zero delay", func(c *recoverability.Config) { c.DurationToIgnoreOnFailure = []time.Duration{0} }, ""},
 		{"error queue is work queue", func(c *recoverability.Config) { c.ErrorQueue = "orders" }, `ErrorQueue and WorkQueue are both "orders"`},
 		{"deferred queue is work queue", func(c *recoverability.Config) { c.WorkQueue = "orders.Deferred.test-1" },
+			`the deferred queue "orders.Deferred.test-1" must differ from the work and error queues`},
+		{"deferred queue is error queue", func(c *recoverability.Config) { c.ErrorQueue = "orders.Deferred.test-1" },
 			`the deferred queue "orders.Deferred.test-1" must differ from the work and error queues`},
 		{"negative hold", func(c *recoverability.Config) { c.MaxDeferredHold = -time.Second }, "MaxDeferredHold must not be negative, got -1s"},
 	}
@@ -137,18 +136,18 @@ func TestReadConfigInShuttlesShape(t *testing.T) {
 				require.Equal(t, "server-inbox-work", c.WorkQueue)
 				require.Equal(t, "error", c.ErrorQueue)
 				require.Equal(t, []time.Duration{10 * time.Second, 30 * time.Second, time.Minute}, c.DurationToIgnoreOnFailure)
-				require.Equal(t, "code", c.Endpoint, "left as the code set it")
+				require.Equal(t, "from-code", c.DeferredQueue, "left as the code set it")
+				require.Zero(t, c.MaximumFailureCount)
 			},
 		},
 		{
 			name: "Inbox section alone, deferred queue, mixed duration forms, any key case",
 			file: `{"inbox": {"workQueueUri": "orders", "deferredQueueUri": "rabbitmq://shuttle/orders.Deferred.web-2?durable=true",
-				"DurationToIgnoreOnFailure": ["500ms", "00:00:00.750", "1.00:00:00"]}}`,
+				"DurationToIgnoreOnFailure": ["500ms", "00:00:00.750", "1.00:00:00"], "maximumFailureCount": 10}}`,
 			check: func(t *testing.T, c recoverability.Config) {
 				require.Equal(t, "orders", c.WorkQueue)
-				require.Equal(t, "orders", c.Endpoint)
-				require.Equal(t, "web-2", c.Instance)
-				require.Equal(t, "orders.Deferred.web-2", c.DeferredQueue())
+				require.Equal(t, "orders.Deferred.web-2", c.DeferredQueue)
+				require.Equal(t, 10, c.MaximumFailureCount)
 				require.Equal(t, []time.Duration{500 * time.Millisecond, 750 * time.Millisecond, 24 * time.Hour}, c.DurationToIgnoreOnFailure)
 			},
 		},
@@ -171,8 +170,30 @@ func TestReadConfigInShuttlesShape(t *testing.T) {
 			err: `DurationToIgnoreOnFailure[0]: "10" is not a duration: a number needs a unit`},
 		{name: "not a list", file: `{"Inbox": {"DurationToIgnoreOnFailure": "00:00:10"}}`,
 			err: `DurationToIgnoreOnFailure must be a list of durations, got "00:00:10"`},
-		{name: "shared deferred queue name", file: `{"Inbox": {"DeferredQueueUri": "queue://configuration/server-inbox-deferred"}}`,
-			err: `DeferredQueueUri: "server-inbox-deferred" does not name a deferred queue: timeoutmill names them <endpoint>.Deferred.<instance>`},
+		{
+			name: "a deferred queue of any name; MaximumFailureCount as a string, as .NET binds it",
+			file: `{"Inbox": {"DeferredQueueUri": "queue://configuration/server-inbox-deferred", "MaximumFailureCount": "3"}}`,
+			check: func(t *testing.T, c recoverability.Config) {
+				require.Equal(t, "server-inbox-deferred", c.DeferredQueue)
+				require.Equal(t, 3, c.MaximumFailureCount)
+			},
+		},
+		{
+			name: "Inbox keys timeoutmill does not use are ignored",
+			file: `{"Shuttle": {"ServiceBus": {"Inbox": {"WorkQueueUri": "queue://configuration/work",
+				"ThreadCount": 25, "DurationToSleepWhenIdle": ["00:00:00.250", "00:00:10"], "Distribute": true,
+				"DistributeSendCount": 5, "DeferredMessageProcessorResetInterval": "00:05:00",
+				"DeferredMessageProcessorWaitInterval": "00:00:01", "SomethingNewer": {"x": 1}}}}}`,
+			check: func(t *testing.T, c recoverability.Config) {
+				require.Equal(t, recoverability.Config{WorkQueue: "work", DeferredQueue: "from-code"}, c)
+			},
+		},
+		{name: "zero MaximumFailureCount", file: `{"Inbox": {"MaximumFailureCount": 0}}`,
+			err: `MaximumFailureCount must be a whole number from 1 (1: no delayed retries), got 0`},
+		{name: "fractional MaximumFailureCount", file: `{"Inbox": {"MaximumFailureCount": 2.5}}`,
+			err: `MaximumFailureCount must be a whole number from 1 (1: no delayed retries), got 2.5`},
+		{name: "MaximumFailureCount not a number", file: `{"Inbox": {"MaximumFailureCount": "many"}}`,
+			err: `MaximumFailureCount must be a whole number from 1 (1: no delayed retries), got "many"`},
 		{name: "URI without a queue", file: `{"Inbox": {"WorkQueueUri": "queue://configuration/"}}`,
 			err: `WorkQueueUri: "queue://configuration/" names no queue`},
 		{name: "no Inbox", file: `{"Shuttle": {"ServiceBus": {}}}`, err: "no Inbox section"},
@@ -181,7 +202,7 @@ func TestReadConfigInShuttlesShape(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := recoverability.Config{Endpoint: "code", Instance: "from-env"}
+			cfg := recoverability.Config{DeferredQueue: "from-code"}
 			before := cfg
 			err := recoverability.ReadConfig(strings.NewReader(c.file), &cfg)
 			if c.err != "" {

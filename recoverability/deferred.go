@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/internal/exclusive"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -193,7 +194,7 @@ func sleep(ctx, sub context.Context, changed <-chan struct{}, d time.Duration) e
 // or, with pass "", to the work queue without the deferral headers.
 func (q *deferredQueue) republish(msg *message.Message, topic, pass string) error {
 	out := msg.Copy()
-	out.SetContext(msg.Context())
+	out.SetContext(publishContext(msg))
 	if pass != "" {
 		out.Metadata.Set(wire.HeaderRetryDeferredPass, pass)
 	} else {
@@ -213,7 +214,9 @@ func (q *deferredQueue) republish(msg *message.Message, topic, pass string) erro
 }
 
 // deferredSubscriber tells the processor when the router subscribes the deferred queue and
-// gives it the subscription's context, which ends when the router closes.
+// gives it the subscription's context, which ends when the router closes. It asks the transport
+// for the queue's only consumer (internal/exclusive), so that where the transport can tell, a
+// second instance on the same deferred queue is refused at start.
 type deferredSubscriber struct {
 	message.Subscriber
 	q *deferredQueue
@@ -223,9 +226,9 @@ func (s deferredSubscriber) Subscribe(ctx context.Context, topic string) (<-chan
 	if s.q.live() {
 		return nil, fmt.Errorf("%w: %s is consumed by another router already", ErrDeferredQueueInUse, s.q.queue)
 	}
-	ch, err := s.Subscriber.Subscribe(ctx, topic)
+	ch, err := s.Subscriber.Subscribe(exclusive.With(ctx), topic)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("consuming deferred queue %s: %w", s.q.queue, err)
 	}
 	s.q.subscribed(ctx)
 	return ch, nil

@@ -11,11 +11,10 @@
 // survives restarts wherever the transport's queues are durable.
 //
 //	retries, err := recoverability.New(recoverability.Config{
-//		WorkQueue:  "orders",
-//		Endpoint:   "orders",
-//		Instance:   hostname, // the deferred queue is orders.Deferred.<hostname>
-//		Publisher:  pubSub,
-//		Subscriber: pubSub,
+//		WorkQueue:     "orders",
+//		DeferredQueue: wire.DeferredQueue("orders", hostname), // orders.Deferred.<hostname>: this instance's
+//		Publisher:     pubSub,
+//		Subscriber:    pubSub,
 //		DurationToIgnoreOnFailure: []time.Duration{10 * time.Second, 30 * time.Second, time.Minute},
 //	}, logger)
 //	handler := router.AddConsumerHandler("orders", "orders", pubSub, handle)
@@ -23,23 +22,26 @@
 //	err = retries.AddToRouter(router)         // the deferred queue's processor
 //
 // On a message's first failure the handler is called again at once up to ImmediateRetries
-// times. If it still fails and the schedule has an entry left, a copy of the message — same UUID, payload and
-// headers — is published to the work queue with wire.HeaderRetryIgnoreUntil set to now plus
-// DurationToIgnoreOnFailure[n] and the counters wire.HeaderRetryAttempts and
-// wire.HeaderRetryDelayedRetries, and the original is acked. Whoever receives a message whose
-// ignore-until time lies ahead moves it to its own deferred queue and lowers that queue's next
-// processing time; its handler is not called. With the schedule used up, the message goes to
-// the error queue with wire.HeaderFailureReason (the error's text), wire.HeaderFailureQueue (the
+// times. If it still fails and the schedule has an entry left, a copy of the message — same UUID,
+// payload and headers — is published to the work queue with wire.HeaderRetryIgnoreUntil set to
+// now plus DurationToIgnoreOnFailure[n] and the counters wire.HeaderRetryAttempts and
+// wire.HeaderRetryDelayedRetries, and the original is acked. Config.MaximumFailureCount, when
+// given, decides instead as Shuttle does: the message is retried while its failed deliveries
+// number fewer than MaximumFailureCount, the n-th waiting the n-th duration of the schedule or its
+// last one. Whoever receives a message whose ignore-until time lies ahead moves it to its own
+// deferred queue and lowers that queue's next processing time; its handler is not called. Out of
+// retries, the message goes to the error queue with wire.HeaderFailureReason (the error's text), wire.HeaderFailureQueue (the
 // work queue), wire.HeaderFailureHandler, wire.HeaderFailureTime, wire.HeaderFailureAttempts (all
-// handler calls) and wire.HeaderFailureDelayedRetries; its body and its other headers are
-// unchanged, less the retry headers, so that returning it to the work queue starts afresh.
+// handler calls) and wire.HeaderFailureDelayedRetries (its failed deliveries less one); its body
+// and its other headers are unchanged, less the retry headers, so that returning it to the work
+// queue starts afresh.
 //
-// Configuration can also come from a file section in Shuttle's shape; see ReadConfig.
+// Configuration can also come from a file in Shuttle's shape, as it stands; see ReadConfig.
 //
 // # The deferred queue
 //
-// A deferred queue, "<endpoint>.Deferred.<instance>", belongs to one running instance and is
-// never shared: how it is processed relies on one reader. It is processed in passes — once at
+// A deferred queue (Config.DeferredQueue, any name) belongs to one running instance and is never
+// shared: how it is processed relies on one reader. It is processed in passes — once at
 // start-up, then whenever its earliest message is due:
 //
 //   - A pass looks at each message once. A due message goes back to the work queue without its
@@ -72,12 +74,31 @@
 // published to a topic nobody subscribes. GoChannel keeps nothing across a restart; on a durable
 // transport (AMQP, SQL) the deferred queue, and with it every pending retry, survives one.
 //
+// # Never shared
+//
+// The processor asks the transport to make it the deferred queue's only consumer, and where the
+// transport can tell that another consumer holds the queue, in this process or any other, the
+// router refuses to start with ErrDeferredQueueInUse and the queue's name:
+//
+//   - amqptransport consumes a deferred queue as an exclusive consumer, which RabbitMQ refuses
+//     while the queue has another consumer, and which keeps any other consumer out while it lasts.
+//   - sqltransport holds a lock in the database for the queue's table (an advisory lock on
+//     PostgreSQL, GET_LOCK on MySQL and MariaDB) on a connection of its own, for as long as the
+//     subscription lasts; a process that dies releases it with its connection.
+//   - Other transports cannot tell — Watermill's GoChannel, watermill-amqp's own subscriber, and
+//     the rest — and share a deferred queue between two instances silently: each then takes the
+//     other's messages, and a pass may end early or late. Within one process, one Retries refuses
+//     a second router, and AddToRouter a second processor of the same queue in one router; beyond
+//     that, naming each instance's queue apart (wire.DeferredQueue with a host or pod name) is up
+//     to the configuration.
+//
 // # Without a deferred queue
 //
-// Config.WithoutDeferredQueue runs without one, as Shuttle does when none is configured: a
-// message whose ignore-until time lies ahead is put straight back on the work queue, and comes
-// round again and again until it is due. Shuttle's documentation calls this serious queue
-// thrashing, to be avoided in anything but the simplest programs; it is supported for those.
+// Without Config.DeferredQueue, as in Shuttle when none is configured, a message whose
+// ignore-until time lies ahead is put straight back on the work queue, and comes round again and
+// again until it is due. Shuttle's documentation calls this serious queue thrashing, to be avoided
+// in anything but the simplest programs; it is supported for those, and New logs a warning saying
+// so.
 //
 // # Failures of the timeout manager itself
 //

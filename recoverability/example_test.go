@@ -25,8 +25,7 @@ func Example() {
 	}
 	retries, err := recoverability.New(recoverability.Config{
 		WorkQueue:                 "payments",
-		Endpoint:                  "billing",
-		Instance:                  "example-1", // the deferred queue is billing.Deferred.example-1
+		DeferredQueue:             wire.DeferredQueue("billing", "example-1"), // billing.Deferred.example-1: this instance's
 		ImmediateRetries:          1,
 		DurationToIgnoreOnFailure: []time.Duration{200 * time.Millisecond},
 		Publisher:                 pubSub,

@@ -7,18 +7,20 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
 
 // inboxSection is Shuttle's Inbox configuration section. Keys match case-insensitively, as .NET
-// configuration does; keys this package does not use (ThreadCount, MaximumFailureCount, ...) are
-// ignored so an existing Shuttle file can be read as it stands.
+// configuration does; keys this package does not use (ThreadCount, DurationToSleepWhenIdle, ...;
+// see ReadConfig) are ignored so an existing Shuttle file can be read as it stands.
 type inboxSection struct {
 	WorkQueueURI              string          `json:"WorkQueueUri"`
 	DeferredQueueURI          string          `json:"DeferredQueueUri"`
 	ErrorQueueURI             string          `json:"ErrorQueueUri"`
 	DurationToIgnoreOnFailure json.RawMessage `json:"DurationToIgnoreOnFailure"`
+	MaximumFailureCount       json.RawMessage `json:"MaximumFailureCount"`
 }
 
 type fileShape struct {
@@ -48,20 +50,28 @@ func LoadConfigFile(path string, cfg *Config) error {
 //
 //	{"Inbox": {
 //		"WorkQueueUri":     "queue://configuration/orders",
-//		"DeferredQueueUri": "queue://configuration/orders.Deferred.web-1",
+//		"DeferredQueueUri": "queue://configuration/orders-deferred-web-1",
 //		"ErrorQueueUri":    "queue://configuration/error",
-//		"DurationToIgnoreOnFailure": ["00:00:10", "30s", "00:01:00"]
+//		"DurationToIgnoreOnFailure": ["00:00:10", "30s", "00:01:00"],
+//		"MaximumFailureCount": 5
 //	}}
 //
 // A queue URI names its queue by its last path segment ("queue://configuration/orders" is
 // "orders"; "rabbitmq://shuttle/orders?durable=true" too); a URI without a path names it by its
-// host ("queue://error"); a plain name is used as it is. WorkQueueUri sets WorkQueue and
-// ErrorQueueUri ErrorQueue. DeferredQueueUri must name a deferred queue the way timeoutmill names
-// them, "<endpoint>.Deferred.<instance>" (wire.DeferredQueue), and sets Endpoint and Instance
-// from it; a deferred queue is never shared, so each instance's file names its own. Durations are
-// Go durations or .NET TimeSpans (see ParseDuration); a malformed or negative one is an error
-// naming the entry. What the section leaves out, or gives as "", leaves cfg unchanged, so code
-// can set the rest (Publisher, Subscriber, an Instance from the environment).
+// host ("queue://error"); a plain name is used as it is. WorkQueueUri sets WorkQueue,
+// ErrorQueueUri ErrorQueue, and DeferredQueueUri DeferredQueue: whatever its name, that queue is
+// this instance's deferred queue, never to be shared, so each instance's file names its own.
+// Without one, messages waiting for a delayed retry go round the work queue, as in Shuttle.
+// Durations are Go durations or .NET TimeSpans (see ParseDuration); a malformed or negative one is
+// an error naming the entry. MaximumFailureCount, a whole number from 1 (a JSON number or a string
+// of digits, as .NET configuration binds either), sets MaximumFailureCount.
+//
+// The other keys of Shuttle's Inbox section — ThreadCount, DurationToSleepWhenIdle, Distribute,
+// DistributeSendCount, DeferredMessageProcessorResetInterval,
+// DeferredMessageProcessorWaitInterval and any other — are ignored: the router and the
+// subscriber decide how messages are fetched, and the deferred queue is processed as the package
+// documentation says. What the section leaves out, or gives as "", leaves cfg unchanged, so code
+// can set the rest (Publisher, Subscriber, a DeferredQueue named after the host).
 func ReadConfig(r io.Reader, cfg *Config) error {
 	var file fileShape
 	dec := json.NewDecoder(r)
@@ -89,24 +99,37 @@ func ReadConfig(r io.Reader, cfg *Config) error {
 		}
 	}
 	if inbox.DeferredQueueURI != "" {
-		name, err := queueName("DeferredQueueUri", inbox.DeferredQueueURI)
-		if err != nil {
+		if out.DeferredQueue, err = queueName("DeferredQueueUri", inbox.DeferredQueueURI); err != nil {
 			return err
 		}
-		endpoint, instance, ok := strings.Cut(name, ".Deferred.")
-		if !ok || endpoint == "" || instance == "" {
-			return fmt.Errorf("%w: DeferredQueueUri: %q does not name a deferred queue: timeoutmill names them <endpoint>.Deferred.<instance>, one per running instance",
-				ErrInvalidConfig, name)
-		}
-		out.Endpoint, out.Instance, out.WithoutDeferredQueue = endpoint, instance, false
 	}
 	if len(inbox.DurationToIgnoreOnFailure) > 0 && string(inbox.DurationToIgnoreOnFailure) != "null" {
 		if out.DurationToIgnoreOnFailure, err = schedule(inbox.DurationToIgnoreOnFailure); err != nil {
 			return err
 		}
 	}
+	if len(inbox.MaximumFailureCount) > 0 && string(inbox.MaximumFailureCount) != "null" {
+		if out.MaximumFailureCount, err = failureCount(inbox.MaximumFailureCount); err != nil {
+			return err
+		}
+	}
 	*cfg = out
 	return nil
+}
+
+// failureCount reads MaximumFailureCount: a whole number from 1, as a JSON number or a string.
+func failureCount(raw json.RawMessage) (int, error) {
+	text := string(raw)
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		text = strings.TrimSpace(s)
+	}
+	n, err := strconv.Atoi(text)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%w: MaximumFailureCount must be a whole number from 1 (1: no delayed retries), got %s",
+			ErrInvalidConfig, raw)
+	}
+	return n, nil
 }
 
 // schedule reads DurationToIgnoreOnFailure: a list of duration strings.

@@ -45,8 +45,7 @@ func newGoChannel(t *testing.T) *gochannel.GoChannel {
 func baseConfig(ps pubSub) recoverability.Config {
 	return recoverability.Config{
 		WorkQueue:                 workQueue,
-		Endpoint:                  "orders",
-		Instance:                  "test-1",
+		DeferredQueue:             wire.DeferredQueue("orders", "test-1"),
 		DurationToIgnoreOnFailure: []time.Duration{200 * time.Millisecond, 400 * time.Millisecond},
 		Publisher:                 ps,
 		Subscriber:                ps,

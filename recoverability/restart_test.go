@@ -45,7 +45,7 @@ func TestStartUpPassReturnsWhatIsDueAndKeepsTheRest(t *testing.T) {
 	t.Parallel()
 	queues := newDurableQueues()
 	cfg := baseConfig(queues)
-	deferred := wire.DeferredQueue(cfg.Endpoint, cfg.Instance)
+	deferred := cfg.DeferredQueue
 	dueSoon := time.Now().Add(2 * time.Second)
 	overdue := waiting("overdue", time.Now().Add(-time.Minute))
 	soon := waiting("soon", dueSoon)

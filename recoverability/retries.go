@@ -1,6 +1,7 @@
 package recoverability
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -12,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
+	"github.com/timeoutmill/timeoutmill/internal/exclusive"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -20,8 +22,9 @@ var (
 	// ErrNotAddedToRouter: a message had to wait for a delayed retry, but AddToRouter was never
 	// called, so nothing consumes the deferred queue.
 	ErrNotAddedToRouter = errors.New("recoverability: Retries.AddToRouter was not called; nothing consumes the deferred queue")
-	// ErrDeferredQueueInUse: a second processor was about to consume a deferred queue.
-	ErrDeferredQueueInUse = errors.New("recoverability: deferred queue already in use")
+	// ErrDeferredQueueInUse: a second processor was about to consume a deferred queue, in this
+	// router or process, or — on the AMQP and SQL transports — in another process.
+	ErrDeferredQueueInUse = exclusive.ErrInUse
 	// ErrHandlerPanicked wraps the value a handler panicked with; the panic counts as a failure.
 	ErrHandlerPanicked = errors.New("handler panicked")
 )
@@ -33,7 +36,7 @@ type Retries struct {
 	cfg      Config
 	logger   watermill.LoggerAdapter
 	errors   *errorqueue.Queue
-	deferred *deferredQueue // nil WithoutDeferredQueue
+	deferred *deferredQueue // nil without a deferred queue
 	misuse   sync.Once
 }
 
@@ -52,8 +55,11 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Retries, error) {
 		logger: logger.With(watermill.LogFields{"work_queue": cfg.WorkQueue}),
 		errors: errorqueue.New(cfg.Publisher, cfg.ErrorQueue),
 	}
-	if q := cfg.DeferredQueue(); q != "" {
+	if q := cfg.DeferredQueue; q != "" {
 		r.deferred = newDeferredQueue(q, cfg.WorkQueue, cfg.Publisher, cfg.MaxDeferredHold, r.logger)
+	} else {
+		r.logger.Info("Warning: no deferred queue, so messages waiting for a delayed retry go round the work queue "+
+			"until they are due (Shuttle's queue thrashing); set a DeferredQueue for anything but the simplest programs", nil)
 	}
 	return r, nil
 }
@@ -61,8 +67,8 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Retries, error) {
 // WorkQueue is the topic of the handler whose retries these are.
 func (r *Retries) WorkQueue() string { return r.cfg.WorkQueue }
 
-// DeferredQueue is this instance's deferred queue, or "" WithoutDeferredQueue.
-func (r *Retries) DeferredQueue() string { return r.cfg.DeferredQueue() }
+// DeferredQueue is this instance's deferred queue, or "" without one.
+func (r *Retries) DeferredQueue() string { return r.cfg.DeferredQueue }
 
 // AddToRouter adds the deferred queue's processor to router, as a handler named after the
 // queue. Call it before the router runs. Without a deferred queue there is nothing to add.
@@ -88,9 +94,9 @@ func (r *Retries) AddToRouter(router *message.Router) error {
 // A message whose ignore-until time lies ahead is moved to the deferred queue without calling
 // the handler. Otherwise the handler is called; on the message's first delivery it is called
 // again at once up to ImmediateRetries times while it fails. If it still fails, the message goes
-// back to the work queue for a delayed retry while the schedule lasts, and to the error queue
-// after that: 1 + ImmediateRetries + len(DurationToIgnoreOnFailure) calls at most. Either
-// way the original is acked; it is nacked only when that move itself fails, or when the
+// back to the work queue for a delayed retry while its failed deliveries number fewer than
+// MaximumFailureCount (by default, while the schedule lasts), and to the error queue after that.
+// Either way the original is acked; it is nacked only when that move itself fails, or when the
 // handler failed because the router is closing (that attempt is not counted). A panic in the
 // handler counts as a failure.
 func (r *Retries) Middleware(h message.HandlerFunc) message.HandlerFunc {
@@ -124,7 +130,7 @@ func (r *Retries) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			}
 			attempts++
 		}
-		if delayed < len(r.cfg.DurationToIgnoreOnFailure) {
+		if failures := delayed + 1; failures < r.cfg.maxFailures() {
 			return nil, r.retryLater(msg, err, attempts, delayed)
 		}
 		return nil, r.giveUp(msg, err, attempts, delayed)
@@ -146,7 +152,7 @@ func (r *Retries) call(h message.HandlerFunc, msg *message.Message) (produced []
 // processing time, or without one back to the work queue.
 func (r *Retries) await(msg *message.Message, until time.Time) error {
 	out := msg.Copy()
-	out.SetContext(msg.Context())
+	out.SetContext(publishContext(msg))
 	delete(out.Metadata, wire.HeaderRetryDeferredPass)
 	if r.deferred == nil {
 		if err := r.cfg.Publisher.Publish(r.cfg.WorkQueue, out); err != nil {
@@ -166,10 +172,10 @@ func (r *Retries) await(msg *message.Message, until time.Time) error {
 
 // retryLater sends a copy back to the work queue, to be ignored until the next delayed retry.
 func (r *Retries) retryLater(msg *message.Message, cause error, attempts, delayed int) error {
-	wait := r.cfg.DurationToIgnoreOnFailure[delayed]
+	wait := r.cfg.ignoreFor(delayed + 1)
 	until := time.Now().Add(wait)
 	out := msg.Copy()
-	out.SetContext(msg.Context())
+	out.SetContext(publishContext(msg))
 	out.Metadata.Set(wire.HeaderRetryIgnoreUntil, until.UTC().Format(time.RFC3339Nano))
 	out.Metadata.Set(wire.HeaderRetryAttempts, strconv.Itoa(attempts))
 	out.Metadata.Set(wire.HeaderRetryDelayedRetries, strconv.Itoa(delayed+1))
@@ -188,7 +194,7 @@ func (r *Retries) retryLater(msg *message.Message, cause error, attempts, delaye
 // left behind, so a message returned from the error queue to its work queue starts afresh.
 func (r *Retries) giveUp(msg *message.Message, cause error, attempts, delayed int) error {
 	out := msg.Copy()
-	out.SetContext(msg.Context())
+	out.SetContext(publishContext(msg))
 	for _, h := range []string{wire.HeaderRetryIgnoreUntil, wire.HeaderRetryAttempts, wire.HeaderRetryDelayedRetries, wire.HeaderRetryDeferredPass} {
 		delete(out.Metadata, h)
 	}
@@ -201,6 +207,15 @@ func (r *Retries) giveUp(msg *message.Message, cause error, attempts, delayed in
 		"message_uuid": msg.UUID, "attempts": attempts, "delayed_retries": delayed, "error_queue": r.errors.Topic(),
 	})
 	return nil
+}
+
+// publishContext is the context to publish a message's successor with: the message's, less its
+// cancellation. The message's context ends when the router closes; a publish it cut short, after
+// the broker took the message but before it confirmed it, would have the original nacked and
+// delivered again beside its successor — a duplicate, retried or returned from the deferred
+// queue before its time. A publish is short either way: transports fail it at once in an outage.
+func publishContext(msg *message.Message) context.Context {
+	return context.WithoutCancel(msg.Context())
 }
 
 // ignoreUntil reads a message's HeaderRetryIgnoreUntil. An unreadable one is logged and

@@ -205,7 +205,7 @@ func TestWithoutDeferredQueueMessagesThrashThroughTheWorkQueue(t *testing.T) {
 	ps := newGoChannel(t)
 	counting := &countingPublisher{Publisher: ps}
 	cfg := baseConfig(ps)
-	cfg.Endpoint, cfg.Instance, cfg.WithoutDeferredQueue = "", "", true
+	cfg.DeferredQueue = ""
 	cfg.Publisher = counting
 	cfg.DurationToIgnoreOnFailure = []time.Duration{300 * time.Millisecond}
 	b := start(t, ps, cfg, func(n int, _ *message.Message) error {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/timeoutmill/timeoutmill/internal/configerr"
 	"github.com/timeoutmill/timeoutmill/internal/critical"
@@ -115,6 +116,12 @@ type Config struct {
 	// labelled with the endpoint): stored, dispatched, early, pending, failures by stage, breaker
 	// state and a histogram of dispatch lateness. Defaults to none.
 	MetricsRegisterer prometheus.Registerer
+	// TracerProvider, when set, receives OpenTelemetry spans: one for each timeout stored and
+	// one for each delivered, linked to the trace of the message that scheduled it. Delayed
+	// messages carry their producer's trace as W3C Trace Context headers (traceparent), which
+	// Publisher and Schedule write from the message's context and which are delivered
+	// unchanged, so a consumer's span continues the producer's trace. Defaults to none: no spans.
+	TracerProvider trace.TracerProvider
 	// Forwarder, when set, forwards each due message and removes its timeout in one transaction:
 	// exactly-once delivery where the transport shares the store's database (see
 	// transport/sqltransport). Defaults to publishing with Publisher, then removing: at least once.

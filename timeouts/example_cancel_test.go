@@ -52,20 +52,19 @@ func ExampleManager_CancelByOwner() {
 		}
 	}()
 	<-router.Running()
-	<-manager.Ready() // the store is set up: Cancel and CancelByOwner may be called
 
 	schedule := func(owner, text string, after time.Duration) {
 		msg := message.NewMessage(watermill.NewUUID(), []byte(text))
 		timeouts.DeliverAfter(msg, after)
 		timeouts.WithOwner(msg, owner)
-		// On this GoChannel Publish returns once the timeout is stored, so it can be cancelled.
-		if err := manager.Publisher().Publish("reminders", msg); err != nil {
+		// Schedule returns once the timeout is stored, so it can be cancelled at once.
+		if _, err := manager.Schedule(ctx, "reminders", msg); err != nil {
 			panic(err)
 		}
 	}
-	schedule("order-42", "pay for order 42", 50*time.Millisecond)
-	schedule("order-42", "confirm order 42", 50*time.Millisecond)
-	schedule("order-7", "pay for order 7", 150*time.Millisecond)
+	schedule("order-42", "pay for order 42", time.Second)
+	schedule("order-42", "confirm order 42", time.Second)
+	schedule("order-7", "pay for order 7", 1200*time.Millisecond)
 
 	n, err := manager.CancelByOwner(ctx, "order-42") // order 42 was paid
 	if err != nil {

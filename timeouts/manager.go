@@ -30,6 +30,7 @@ type Manager struct {
 	publisher *Publisher
 	breakers  []*critical.CircuitBreaker
 	metrics   *metrics
+	tracing   tracing
 	stop      *lifecycle
 
 	mu         sync.Mutex
@@ -61,6 +62,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		ready:  make(chan struct{}),
 	}
 	m.stop = newLifecycle(config.Store, config.Publisher, m.logger)
+	m.tracing = newTracing(config.TracerProvider)
 
 	var breakerNames []string
 	newBreaker := func(name string, wait time.Duration, msg string) (*critical.CircuitBreaker, error) {
@@ -141,7 +143,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		Breaker:         dispatchBreaker,
 		NumberOfRetries: config.NumberOfRetries,
 		RecoveryBreaker: recoveryBreaker,
-		OnDispatched:    m.metrics.onDispatched,
+		OnDispatched:    m.onDispatched,
 		Forwarder:       config.Forwarder,
 		Stopping:        m.stop.stopping,
 		Interrupted:     m.stop.interrupted,
@@ -167,7 +169,8 @@ func (m *Manager) AddToRouter(router *message.Router) error {
 		return fmt.Errorf("%w: the manager of %s is already added to a router", ErrInvalidConfig, m.cfg.Endpoint)
 	}
 	m.router = router
-	router.AddConsumerHandler(m.store.Name(), m.store.Queue(), &managedSubscriber{Subscriber: m.cfg.Subscriber, m: m, startsPoller: true}, m.whenReady(m.store.Handle))
+	router.AddConsumerHandler(m.store.Name(), m.store.Queue(), &managedSubscriber{Subscriber: m.cfg.Subscriber, m: m, startsPoller: true},
+		m.whenReady(m.tracing.stored(m.store.Queue(), m.store.Handle)))
 	router.AddConsumerHandler(m.dispatch.Name(), m.dispatch.Queue(), &managedSubscriber{Subscriber: m.cfg.Subscriber, m: m}, m.whenReady(m.handleDue))
 	return nil
 }
@@ -194,6 +197,14 @@ func (m *Manager) handleDue(msg *message.Message) error {
 	return err
 }
 
+// onDispatched is told of each timeout delivered: metrics, a span, a log line.
+func (m *Manager) onDispatched(t persistence.Timeout, at time.Time) {
+	m.metrics.onDispatched(t, at)
+	m.tracing.dispatched(t, at)
+	m.logger.Debug("Timeout dispatched", watermill.LogFields{
+		"timeout_id": t.ID, "destination": t.Destination, "due": t.Due, "lateness": at.Sub(t.Due)})
+}
+
 // Publisher returns a publisher that routes delayed messages through this endpoint's Timeouts
 // queue and publishes the others directly, on the Publisher of the Config.
 func (m *Manager) Publisher() *Publisher { return m.publisher }
@@ -201,11 +212,17 @@ func (m *Manager) Publisher() *Publisher { return m.publisher }
 // Cancel deletes a pending timeout so that it is never delivered. It returns false when there
 // was nothing to cancel (already delivered, or never stored).
 func (m *Manager) Cancel(ctx context.Context, id string) (bool, error) {
+	if err := checkID(id); err != nil {
+		return false, err
+	}
 	return m.cfg.Store.Cancel(ctx, id)
 }
 
 // CancelByOwner deletes every pending timeout tagged with owner (see WithOwner).
 func (m *Manager) CancelByOwner(ctx context.Context, owner string) (int, error) {
+	if owner == "" {
+		return 0, fmt.Errorf("%w: the owner is empty (it would match no timeout)", persistence.ErrInvalidTimeout)
+	}
 	return m.cfg.Store.CancelByOwner(ctx, owner)
 }
 

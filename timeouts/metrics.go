@@ -60,7 +60,7 @@ func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.St
 		}, func() float64 {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			st, err := inspector.Stats(ctx)
+			st, err := inspector.Stats(ctx, time.Now())
 			if err != nil {
 				return -1
 			}

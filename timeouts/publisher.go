@@ -121,6 +121,7 @@ func (p *Publisher) routed(msg *message.Message, topic string, due time.Time) *m
 	}
 	out.Metadata.Set(wire.HeaderExpire, wireparse.FormatExpire(due))
 	out.Metadata.Set(wire.HeaderDestination, topic)
+	injectTrace(msg.Context(), out.Metadata)
 	out.SetContext(msg.Context())
 	return out
 }

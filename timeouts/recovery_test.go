@@ -68,7 +68,7 @@ func TestPipelineOnSQLiteSurvivesRestartMidFlight(t *testing.T) {
 		want[msg.UUID] = true
 	}
 	require.Eventually(t, func() bool { // all stored (some maybe delivered already)
-		st, err := first.store.(persistence.Inspector).Stats(context.Background())
+		st, err := first.store.(persistence.Inspector).Stats(context.Background(), time.Now())
 		return err == nil && st.Pending+len(beforeStop) == len(want)
 	}, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, first.router.Close()) // some due, most not yet

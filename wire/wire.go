@@ -13,8 +13,8 @@
 // a value without a fractional part is taken as the later of the value and the time of receipt
 // plus HeaderWatermillDelayedFor, capped at the end of that second, or as the end of that second
 // without a usable HeaderWatermillDelayedFor: a message is never delivered early. A present but
-// unusable header (an unparsable time, an empty or too long destination) is ErrInvalidHeader, and
-// the message goes to the error queue.
+// unusable header (an unparsable time, a time after the year 9999, which is out of range, an empty
+// or too long destination) is ErrInvalidHeader, and the message goes to the error queue.
 //
 // Endpoint and instance names, which end up in queue names, are not empty, at most 200 bytes,
 // printable, without whitespace, and neither start nor end with a dot; others are
@@ -24,6 +24,15 @@ package wire
 import (
 	"errors"
 	"time"
+)
+
+// Values of HeaderKeyPolicy.
+const (
+	// KeyPolicyReplace replaces the pending timeout that holds the key: one delivery follows, at
+	// the new due time with the new message.
+	KeyPolicyReplace = "replace"
+	// KeyPolicyKeep keeps the pending timeout that holds the key and drops the new message.
+	KeyPolicyKeep = "keep"
 )
 
 // Header names of the wire contract.
@@ -36,6 +45,15 @@ const (
 	// HeaderOwner optionally groups timeouts (a saga or order id) so that they can be cancelled
 	// together.
 	HeaderOwner = "timeout.owner"
+	// HeaderKey optionally deduplicates: while a pending timeout holds a key, a delayed message
+	// with the same key replaces it or is dropped, as HeaderKeyPolicy says. At most 250 bytes.
+	HeaderKey = "timeout.key"
+	// HeaderKeyPolicy says what a delayed message with HeaderKey does when a pending timeout holds
+	// its key: KeyPolicyReplace (the default when absent) or KeyPolicyKeep.
+	HeaderKeyPolicy = "timeout.key_policy"
+	// HeaderDue is set on every delivered message: the due time it was delivered for (RFC 3339
+	// in UTC, fractional seconds), so that a consumer can measure lateness.
+	HeaderDue = "timeout.due"
 
 	// HeaderWatermillDelayedUntil is Watermill's own delay key (components/delay). It is honoured
 	// when HeaderExpire is absent.

@@ -1,8 +1,14 @@
 package main
 
 import (
+	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -47,6 +53,27 @@ func (c *setupCmd) Run(e *env) error {
 
 type statsCmd struct {
 	storeFlags `embed:""`
+	JSON       bool `name:"json" help:"Print one JSON object (fields in docs/operations.md) instead of text."`
+}
+
+// statsJSON is what stats --json prints. Its field names are part of the command's interface:
+// fields may be added, never renamed or removed.
+type statsJSON struct {
+	Endpoint string `json:"endpoint"`
+	Store    string `json:"store"`
+	// At is when the numbers were read: the "now" of most_overdue_seconds.
+	At      *string `json:"at"`
+	Pending int     `json:"pending"`
+	// EarliestDue and LatestDue are null when nothing is pending.
+	EarliestDue *string `json:"earliest_due"`
+	LatestDue   *string `json:"latest_due"`
+	// MostOverdueSeconds is how long ago the earliest due time passed; 0 when none has.
+	MostOverdueSeconds float64 `json:"most_overdue_seconds"`
+	// DueNow counts the pending timeouts due at At; Claimed those a poller holds (being
+	// delivered); ByDestination the pending timeouts of each destination.
+	DueNow        int            `json:"due_now"`
+	Claimed       int            `json:"claimed"`
+	ByDestination map[string]int `json:"by_destination"`
 }
 
 // Run prints what the store holds.
@@ -56,15 +83,29 @@ func (c *statsCmd) Run(e *env) error {
 		return err
 	}
 	defer closeStore()
-	st, err := inspector.Stats(e.ctx)
+	now := time.Now()
+	st, err := inspector.Stats(e.ctx, now)
 	if err != nil {
 		return connect.RedactError(err, c.Store)
+	}
+	if c.JSON {
+		out := statsJSON{
+			Endpoint: c.Endpoint, Store: connect.Redact(c.Store), At: formatJSONTime(now), Pending: st.Pending,
+			EarliestDue: formatJSONTime(st.Earliest), LatestDue: formatJSONTime(st.Latest),
+			DueNow: st.DueNow, Claimed: st.Claimed, ByDestination: st.ByDestination,
+		}
+		if out.ByDestination == nil {
+			out.ByDestination = map[string]int{}
+		}
+		if st.Pending > 0 && st.Earliest.Before(now) {
+			out.MostOverdueSeconds = now.Sub(st.Earliest).Seconds()
+		}
+		return writeJSON(e.stdout, out)
 	}
 	fmt.Fprintf(e.stdout, "endpoint:     %s\nstore:        %s\npending:      %d\n", c.Endpoint, connect.Redact(c.Store), st.Pending)
 	if st.Pending == 0 {
 		return nil
 	}
-	now := time.Now()
 	fmt.Fprintf(e.stdout, "next due:     %s\n", describeDue(st.Earliest, now))
 	if st.Earliest.Before(now) {
 		fmt.Fprintf(e.stdout, "most overdue: %s late\n", now.Sub(st.Earliest).Round(time.Millisecond))
@@ -72,32 +113,201 @@ func (c *statsCmd) Run(e *env) error {
 		fmt.Fprintln(e.stdout, "most overdue: none")
 	}
 	fmt.Fprintf(e.stdout, "last due:     %s\n", describeDue(st.Latest, now))
+	fmt.Fprintf(e.stdout, "due now:      %d (%d being delivered)\n", st.DueNow, st.Claimed)
+	destinations := slices.SortedFunc(maps.Keys(st.ByDestination), func(a, b string) int { // busiest first
+		return cmp.Or(cmp.Compare(st.ByDestination[b], st.ByDestination[a]), cmp.Compare(a, b))
+	})
+	for i, d := range destinations {
+		label := ""
+		if i == 0 {
+			label = "destinations:"
+		}
+		fmt.Fprintf(e.stdout, "%-13s %d %s\n", label, st.ByDestination[d], d)
+	}
 	return nil
 }
 
+// listCmd lists pending timeouts. Each filter is a flag here and a field of
+// persistence.ListOptions, joined in options.
 type listCmd struct {
-	storeFlags `embed:""`
-	Owner      string `help:"Only this owner's timeouts."`
-	Limit      int    `default:"100" help:"At most this many."`
+	storeFlags  `embed:""`
+	Owner       string `help:"Only this owner's timeouts."`
+	Destination string `help:"Only the timeouts for this destination."`
+	Key         string `help:"Only the timeout holding this deduplication key."`
+	DueAfter    string `name:"due-after" help:"Only timeouts due at or after this time: RFC 3339, or a duration from now (-1h)."`
+	DueBefore   string `name:"due-before" help:"Only timeouts due before this time: RFC 3339, or a duration from now (24h)."`
+	After       string `help:"Start after this timeout: the DUE,ID that the previous page printed as its next page."`
+	Limit       int    `default:"100" help:"At most this many (at most 10000)."`
+	JSON        bool   `name:"json" help:"Print one JSON object (fields in docs/operations.md) instead of a table."`
+}
+
+// maxListLimit bounds --limit, as timeouts.Manager.List bounds its limit.
+const maxListLimit = 10_000
+
+// options are the store's list options the flags ask for.
+func (c *listCmd) options(now time.Time) (persistence.ListOptions, error) {
+	if c.Limit <= 0 || c.Limit > maxListLimit {
+		return persistence.ListOptions{}, fmt.Errorf("%w: --limit must be from 1 to %d, not %d", connect.ErrInvalid, maxListLimit, c.Limit)
+	}
+	opts := persistence.ListOptions{Owner: c.Owner, Destination: c.Destination, Key: c.Key, Limit: c.Limit}
+	var err error
+	if c.DueAfter != "" {
+		if opts.DueFrom, err = parseWhen("--due-after", c.DueAfter, now); err != nil {
+			return persistence.ListOptions{}, err
+		}
+	}
+	if c.DueBefore != "" {
+		if opts.DueBefore, err = parseWhen("--due-before", c.DueBefore, now); err != nil {
+			return persistence.ListOptions{}, err
+		}
+	}
+	if !opts.DueFrom.IsZero() && !opts.DueBefore.IsZero() && !opts.DueFrom.Before(opts.DueBefore) {
+		return persistence.ListOptions{}, fmt.Errorf("%w: --due-after must be before --due-before", connect.ErrInvalid)
+	}
+	if c.After != "" {
+		due, id, ok := strings.Cut(c.After, ",")
+		if !ok || id == "" {
+			return persistence.ListOptions{}, fmt.Errorf("%w: --after %q is not DUE,ID", connect.ErrInvalid, c.After)
+		}
+		if opts.After.Due, err = wireparse.ParseTime(due); err != nil {
+			return persistence.ListOptions{}, fmt.Errorf("%w: --after: %w", connect.ErrInvalid, err)
+		}
+		opts.After.ID = id
+	}
+	return opts, nil
+}
+
+// nextPage is the --after of the page after list, or "" when list is the last page.
+func nextPage(list []persistence.Timeout, limit int) string {
+	if len(list) < limit || len(list) == 0 {
+		return ""
+	}
+	last := list[len(list)-1]
+	return last.Due.UTC().Format(jsonTime) + "," + last.ID
+}
+
+// listJSON is what list --json prints. Its field names are part of the command's interface:
+// fields may be added, never renamed or removed.
+type listJSON struct {
+	Endpoint string        `json:"endpoint"`
+	Store    string        `json:"store"`
+	Timeouts []timeoutJSON `json:"timeouts"`
+	// Next is the --after of the next page; null on the last page.
+	Next *string `json:"next"`
+}
+
+// timeoutJSON is one pending timeout, without its payload.
+type timeoutJSON struct {
+	ID           string            `json:"id"`
+	Due          *string           `json:"due"`
+	Destination  string            `json:"destination"`
+	Owner        string            `json:"owner"`
+	Key          string            `json:"key"`
+	FailureCount int               `json:"failure_count"`
+	Metadata     map[string]string `json:"metadata"`
 }
 
 // Run lists pending timeouts.
 func (c *listCmd) Run(e *env) error {
+	opts, err := c.options(time.Now())
+	if err != nil {
+		return err
+	}
 	inspector, closeStore, err := c.inspector(e)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
-	list, err := inspector.List(e.ctx, persistence.ListOptions{Owner: c.Owner, Limit: c.Limit})
+	list, err := inspector.List(e.ctx, opts)
 	if err != nil {
 		return connect.RedactError(err, c.Store)
 	}
-	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tDUE\tDESTINATION\tOWNER\tFAILURES")
-	for _, t := range list {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\n", t.ID, wireparse.FormatExpire(t.Due), t.Destination, t.Owner, t.FailureCount)
+	if c.JSON {
+		out := listJSON{Endpoint: c.Endpoint, Store: connect.Redact(c.Store), Timeouts: make([]timeoutJSON, 0, len(list))}
+		for _, t := range list {
+			md := t.Metadata
+			if md == nil {
+				md = map[string]string{}
+			}
+			out.Timeouts = append(out.Timeouts, timeoutJSON{
+				ID: t.ID, Due: formatJSONTime(t.Due), Destination: t.Destination, Owner: t.Owner, Key: t.Key,
+				FailureCount: t.FailureCount, Metadata: md,
+			})
+		}
+		if next := nextPage(list, opts.Limit); next != "" {
+			out.Next = &next
+		}
+		return writeJSON(e.stdout, out)
 	}
-	return w.Flush()
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tDUE\tDESTINATION\tOWNER\tKEY\tFAILURES")
+	for _, t := range list {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", t.ID, wireparse.FormatExpire(t.Due), t.Destination, t.Owner, t.Key, t.FailureCount)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if next := nextPage(list, opts.Limit); next != "" {
+		fmt.Fprintf(e.stdout, "next page: --after %s\n", next)
+	}
+	return nil
+}
+
+type rescheduleCmd struct {
+	storeFlags `embed:""`
+	ID         string `arg:"" name:"id" help:"Id of the pending timeout to move."`
+	At         string `help:"The new due time, RFC 3339 (2026-12-31T09:00:00Z); a past time means now." xor:"when"`
+	In         string `help:"The new due time as a duration from now (90m); 0s means now." xor:"when"`
+}
+
+// Run moves a pending timeout's due time, keeping its id and message.
+func (c *rescheduleCmd) Run(e *env) error {
+	now := time.Now()
+	var (
+		at  time.Time
+		err error
+	)
+	switch {
+	case c.At != "" && c.In == "":
+		at, err = parseWhen("--at", c.At, now)
+	case c.In != "" && c.At == "":
+		if _, derr := time.ParseDuration(c.In); derr != nil {
+			return fmt.Errorf("%w: --in %q is not a duration (90m, 2h30m)", connect.ErrInvalid, c.In)
+		}
+		at, err = parseWhen("--in", c.In, now)
+	default:
+		return fmt.Errorf("%w: reschedule needs --at or --in", connect.ErrInvalid)
+	}
+	if err != nil {
+		return err
+	}
+	if at.Before(now) {
+		at = wireparse.RoundUp(now)
+	}
+	store, err := c.openExistingStore(e.ctx)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	sch, ok := store.(persistence.Scheduler)
+	if !ok {
+		return fmt.Errorf("the store %s cannot reschedule", connect.Redact(c.Store))
+	}
+	moved, err := sch.Reschedule(e.ctx, c.ID, at, now)
+	if err != nil {
+		return connect.RedactError(err, c.Store)
+	}
+	if !moved {
+		fmt.Fprintf(e.stdout, "not pending: %s (already delivered, being delivered, cancelled, or never stored)\n", c.ID)
+		return fmt.Errorf("%s was not pending", c.ID)
+	}
+	fmt.Fprintf(e.stdout, "rescheduled %s to %s\n", c.ID, describeDue(at, now))
+	return nil
+}
+
+// writeJSON prints v as one line of JSON.
+func writeJSON(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
 }
 
 type cancelCmd struct {
@@ -111,7 +321,7 @@ func (c *cancelCmd) Run(e *env) error {
 	if (len(c.IDs) == 0) == (c.Owner == "") {
 		return errors.New("cancel: give either timeout ids or --owner, not both or neither")
 	}
-	store, err := c.openStore(e.ctx, 0, newLogger(e))
+	store, err := c.openExistingStore(e.ctx)
 	if err != nil {
 		return err
 	}
@@ -143,9 +353,9 @@ func (c *cancelCmd) Run(e *env) error {
 	return nil
 }
 
-// inspector opens the store as a persistence.Inspector.
+// inspector opens the store, creating nothing, as a persistence.Inspector.
 func (f storeFlags) inspector(e *env) (persistence.Inspector, func(), error) {
-	store, err := f.openStore(e.ctx, 0, newLogger(e))
+	store, err := f.openExistingStore(e.ctx)
 	if err != nil {
 		return nil, nil, err
 	}

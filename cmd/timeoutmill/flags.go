@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -45,6 +46,21 @@ func (f storeFlags) openStore(ctx context.Context, wait time.Duration, logger wa
 	})
 }
 
+// openExistingStore opens the store without creating anything: the store of a command that only
+// looks at or cancels timeouts. A missing table or SQLite file is an error that says nothing is
+// there, naming it and the endpoint.
+func (f storeFlags) openExistingStore(ctx context.Context) (persistence.Store, error) {
+	if err := f.validate(); err != nil {
+		return nil, err
+	}
+	store, err := connect.OpenExistingStore(ctx, f.Store, f.Endpoint)
+	if errors.Is(err, persistence.ErrNotSetUp) {
+		return nil, fmt.Errorf("nothing is there for endpoint %q: %w; check --endpoint and --store "+
+			"(timeoutmill setup creates the table)", f.Endpoint, err)
+	}
+	return store, err
+}
+
 // retry calls open until it succeeds, fails for good (connect.Permanent), ctx ends, or wait has
 // passed since the first failure.
 func retry[T any](ctx context.Context, wait time.Duration, logger watermill.LoggerAdapter, what string, open func() (T, error)) (T, error) {
@@ -54,7 +70,7 @@ func retry[T any](ctx context.Context, wait time.Duration, logger watermill.Logg
 		if err == nil || connect.Permanent(err) || wait <= 0 || time.Now().After(deadline) || ctx.Err() != nil {
 			return v, err
 		}
-		logger.Error("Cannot reach the "+what+" yet; retrying", err, watermill.LogFields{"until": deadline.Format(time.RFC3339)})
+		warn(logger, "Cannot reach the "+what+" yet; retrying", watermill.LogFields{"error": err, "until": deadline.Format(time.RFC3339)})
 		select {
 		case <-ctx.Done():
 			var zero T
@@ -64,7 +80,62 @@ func retry[T any](ctx context.Context, wait time.Duration, logger watermill.Logg
 	}
 }
 
+// newLogger returns the logger of a command: slog's text on stderr, at --log-level. Watermill's
+// Info and Debug lines show at info and debug, its Error lines at every level; it has no warning
+// level, so warn shows its Error lines and the command's own warnings (see warn).
 func newLogger(e *env) watermill.LoggerAdapter {
-	level := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "error": slog.LevelError}[e.level]
-	return watermill.NewSlogLogger(slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})))
+	return slogLogger(slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: logLevel(e.level)})))
+}
+
+// logLevel maps a --log-level onto slog's levels.
+func logLevel(name string) slog.Level {
+	switch name {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	default:
+		return slog.LevelInfo
+	}
+}
+
+// logger is Watermill's slog adapter that can warn too.
+type logger struct {
+	watermill.LoggerAdapter
+	slog *slog.Logger
+}
+
+func slogLogger(s *slog.Logger) logger {
+	return logger{LoggerAdapter: watermill.NewSlogLogger(s), slog: s}
+}
+
+func (l logger) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return slogLogger(l.slog.With(attrs(fields)...))
+}
+
+// Warn logs at slog's WARN level: shown at --log-level warn and below.
+func (l logger) Warn(msg string, fields watermill.LogFields) {
+	l.slog.Warn(msg, attrs(fields)...)
+}
+
+func attrs(fields watermill.LogFields) []any {
+	args := make([]any, 0, 2*len(fields))
+	for k, v := range fields {
+		args = append(args, k, v)
+	}
+	return args
+}
+
+// warn logs a warning: something an operator should know that does not stop the command. A logger
+// without a warning level (not the command's own) logs it as Info.
+func warn(l watermill.LoggerAdapter, msg string, fields watermill.LogFields) {
+	if w, ok := l.(interface {
+		Warn(msg string, fields watermill.LogFields)
+	}); ok {
+		w.Warn(msg, fields)
+		return
+	}
+	l.Info(msg, fields)
 }

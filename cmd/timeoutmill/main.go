@@ -3,9 +3,14 @@
 //
 //	timeoutmill run    --endpoint orders --transport amqp://... --store postgres://...
 //	timeoutmill setup  --endpoint orders --transport amqp://... --store postgres://...
-//	timeoutmill stats  --endpoint orders --store postgres://...
-//	timeoutmill list   --endpoint orders --store postgres://... [--owner KEY]
+//	timeoutmill stats  --endpoint orders --store postgres://... [--json]
+//	timeoutmill list   --endpoint orders --store postgres://... [--owner KEY] [--json]
 //	timeoutmill cancel --endpoint orders --store postgres://... ID... | --owner KEY
+//	timeoutmill reschedule --endpoint orders --store postgres://... ID --at TIME | --in DURATION
+//	timeoutmill --version
+//
+// stats, list and cancel create nothing: on an endpoint whose table (or SQLite file) does not
+// exist they say so and exit 1.
 //
 // Every flag can also be given as an environment variable: --poll-interval as
 // TIMEOUTMILL_POLL_INTERVAL, and so on. `timeoutmill --help` describes them all.
@@ -26,13 +31,16 @@ import (
 
 // cli is the command line. Flags shared by commands are embedded structs.
 type cli struct {
-	LogLevel string `help:"Log level: debug, info or error." enum:"debug,info,error" default:"info"`
+	LogLevel string           `help:"Log level: debug, info, warn or error." enum:"debug,info,warn,error" default:"info"`
+	Version  kong.VersionFlag `help:"Print the version (with the commit it was built from, when known) and exit."`
 
 	Run    runCmd    `cmd:"" help:"Run the store satellite, poller and dispatch satellite of an endpoint until SIGINT/SIGTERM or a critical error."`
 	Setup  setupCmd  `cmd:"" help:"Create the store's table and declare the endpoint's queues (idempotent)."`
 	Stats  statsCmd  `cmd:"" help:"Print how many timeouts are pending, the next due and the most overdue."`
 	List   listCmd   `cmd:"" help:"List pending timeouts, earliest due first."`
 	Cancel cancelCmd `cmd:"" help:"Cancel pending timeouts by id or by owner."`
+
+	Reschedule rescheduleCmd `cmd:"" help:"Move a pending timeout's due time, keeping its id and message (--at or --in)."`
 
 	Native  nativeCmd  `cmd:"" help:"Set up and check RabbitMQ's native delay infrastructure (28 delay levels)."`
 	Migrate migrateCmd `cmd:"" help:"Move stored timeouts to RabbitMQ's native delay, while the timeout manager keeps running."`
@@ -63,7 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	kctx, err := parser.Parse(args)
-	if exit >= 0 { // --help
+	if exit >= 0 { // --help, --version
 		return exit
 	}
 	if err != nil {
@@ -86,6 +94,6 @@ func newParser(c *cli, stdout, stderr io.Writer, exit func(code int)) (*kong.Kon
 		kong.UsageOnError(),
 		kong.Writers(stdout, stderr),
 		kong.Exit(exit),
-		kong.Vars{"store_schemes": connect.StoreSchemes, "transport_schemes": connect.TransportSchemes},
+		kong.Vars{"store_schemes": connect.StoreSchemes, "transport_schemes": connect.TransportSchemes, "version": buildVersion()},
 	)
 }

@@ -40,7 +40,7 @@ func (c *migrateCmd) Run(e *env) error {
 		return err
 	}
 	logger := newLogger(e)
-	store, err := c.openStore(e.ctx, 0, logger)
+	store, err := c.openExistingStore(e.ctx)
 	if err != nil {
 		return err
 	}
@@ -86,18 +86,12 @@ func (c *migrateCmd) Run(e *env) error {
 	return nil
 }
 
-// parseCutoff reads --cutoff: RFC 3339, or a duration from now.
+// parseCutoff reads --cutoff: RFC 3339, or a duration from now; empty for none.
 func parseCutoff(value string, now time.Time) (time.Time, error) {
 	if value == "" {
 		return time.Time{}, nil
 	}
-	if t, err := time.Parse(time.RFC3339Nano, value); err == nil {
-		return t, nil
-	}
-	if d, err := time.ParseDuration(value); err == nil {
-		return now.Add(d), nil
-	}
-	return time.Time{}, fmt.Errorf("%w: --cutoff %q is neither an RFC 3339 time (2026-12-31T00:00:00Z) nor a duration from now (24h)", connect.ErrInvalid, value)
+	return parseWhen("--cutoff", value, now)
 }
 
 func (c *migrateCmd) printPreflight(w io.Writer, pf nativemigrate.Preflight, cutoff time.Time) {

@@ -81,7 +81,20 @@ func (c *runCmd) Run(e *env) error {
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	manager, err := timeouts.NewManager(c.managerConfig(store, transport, registry, forwarder), logger)
+	tp, shutdownTracing, err := tracerProvider(e.ctx, os.Getenv, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(ctx); err != nil {
+			logger.Error("Exporting the last spans failed", err, nil)
+		}
+	}()
+	config := c.managerConfig(store, transport, registry, forwarder)
+	config.TracerProvider = tp
+	manager, err := timeouts.NewManager(config, logger)
 	if err != nil {
 		return err
 	}
@@ -167,7 +180,7 @@ func checkClaimLease(lease time.Duration, logger watermill.LoggerAdapter) error 
 			"are announced again on every claim", lease, minClaimLease)
 	}
 	if lease < safeClaimLease {
-		logger.Info("--claim-lease is shorter than an announcement or a failing forward may take; ids still being announced "+
+		warn(logger, "--claim-lease is shorter than an announcement or a failing forward may take; ids still being announced "+
 			"or dispatched may be announced again and delivered twice (never lost)",
 			watermill.LogFields{"claim_lease": lease, "recommended_at_least": safeClaimLease})
 	}

@@ -135,7 +135,7 @@ func run(ctx context.Context, out io.Writer, amqpURL, pgDSN, schema string) erro
 	}
 	// A-1 pays once both timeouts are scheduled (well within its window); B-2 never does.
 	for {
-		st, err := store.Stats(ctx)
+		st, err := store.Stats(ctx, time.Now())
 		if err != nil {
 			return err
 		}

@@ -67,7 +67,7 @@ func run(ctx context.Context, out io.Writer) error {
 	// charge fails on its first two attempts: a provider that comes back after a while.
 	var chargeAttempts int
 	err = withRetries(router, pubSub, recoverability.Config{
-		WorkQueue: "payments", Endpoint: "payments", Instance: instance,
+		WorkQueue: "payments", DeferredQueue: wire.DeferredQueue("payments", instance),
 		DurationToIgnoreOnFailure: []time.Duration{500 * time.Millisecond, time.Second},
 	}, "charge", func(msg *message.Message) error {
 		chargeAttempts++ // one message: its attempts never run at once
@@ -86,7 +86,7 @@ func run(ctx context.Context, out io.Writer) error {
 	// invoice always fails: a message that can never be handled.
 	var invoiceAttempts int
 	err = withRetries(router, pubSub, recoverability.Config{
-		WorkQueue: "invoices", Endpoint: "invoices", Instance: instance,
+		WorkQueue: "invoices", DeferredQueue: wire.DeferredQueue("invoices", instance),
 		ImmediateRetries:          1,
 		DurationToIgnoreOnFailure: []time.Duration{500 * time.Millisecond, time.Second},
 	}, "invoice", func(msg *message.Message) error {

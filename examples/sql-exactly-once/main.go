@@ -194,7 +194,7 @@ func run(ctx context.Context, out io.Writer, dsn string) (err error) {
 	if len(deliveries) != len(reminders) {
 		return fmt.Errorf("%d of %d reminders delivered", len(deliveries), len(reminders))
 	}
-	st, err := store.Stats(ctx)
+	st, err := store.Stats(ctx, time.Now())
 	if err != nil {
 		return err
 	}

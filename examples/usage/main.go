@@ -80,9 +80,12 @@ func run(ctx context.Context, out io.Writer) error {
 	msg := message.NewMessage(watermill.NewUUID(), []byte("order 42 not paid yet?"))
 	timeouts.DeliverAfter(msg, time.Second) // or DeliverAt(msg, t)
 	sent := time.Now()
-	if err := manager.Publisher().Publish("reminders", msg); err != nil {
+	// Schedule returns once the timeout is stored: Cancel, Reschedule and Get see it at once.
+	scheduled, err := manager.Schedule(ctx, "reminders", msg)
+	if err != nil {
 		return err
 	}
+	fmt.Fprintf(out, "scheduled %s\n", scheduled.Outcome)
 	select {
 	case got := <-received:
 		fmt.Fprintf(out, "received %q after %.1f s\n", got.Payload, time.Since(sent).Seconds())

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/internal/connect"
+	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/sqlite"
 )
 
@@ -47,6 +48,29 @@ func TestMySQLDriverDSN(t *testing.T) {
 	require.ErrorIs(t, err, connect.ErrInvalid)
 	require.True(t, connect.Permanent(err))
 	require.NotContains(t, err.Error(), "pw@")
+}
+
+// TestOpenExistingStoreCreatesNothing: the store of a command that only looks is opened without
+// creating the SQLite file or a table, and a missing one is an error that is not retried.
+func TestOpenExistingStoreCreatesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "t.db")
+	_, err := connect.OpenExistingStore(ctx, "sqlite://"+path, "orders")
+	require.ErrorIs(t, err, persistence.ErrNotSetUp)
+	require.True(t, connect.Permanent(err), "waiting does not make a table appear")
+	require.ErrorContains(t, err, "store sqlite://"+path+": sqlite: database file "+path+" does not exist")
+	require.NoFileExists(t, path)
+
+	store, err := connect.OpenStore(ctx, "sqlite://"+path, "orders")
+	require.NoError(t, err)
+	require.NoError(t, store.Close())
+	_, err = connect.OpenExistingStore(ctx, "sqlite://"+path, "order")
+	require.ErrorIs(t, err, persistence.ErrNotSetUp)
+	require.ErrorContains(t, err, `table "order.timeouts" does not exist`)
+	store, err = connect.OpenExistingStore(ctx, "sqlite://"+path, "orders")
+	require.NoError(t, err)
+	require.NoError(t, store.Close())
 }
 
 func TestOpenStoreSQLite(t *testing.T) {

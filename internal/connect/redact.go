@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
+	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
 // redactedPassword stands in for a password in anything shown to a person.
@@ -76,7 +77,7 @@ var ErrUnsupported = errors.New("connect: unsupported")
 var ErrInvalid = errors.New("connect: invalid")
 
 // Permanent reports whether err will not go away by trying again: retrying is for unreachable
-// servers, not for wrong addresses.
+// servers, not for wrong addresses or a store that was never set up.
 func Permanent(err error) bool {
-	return errors.Is(err, ErrUnsupported) || errors.Is(err, ErrInvalid)
+	return errors.Is(err, ErrUnsupported) || errors.Is(err, ErrInvalid) || errors.Is(err, persistence.ErrNotSetUp)
 }

@@ -4,6 +4,7 @@ package connect
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -27,8 +28,30 @@ const StoreSchemes = "sqlite:///path/to/file.db, postgres://user:pass@host:5432/
 //	mysql://user:pass@host:3306/db   (or go-sql-driver's own mysql://user:pass@tcp(host:3306)/db)
 //	sqlserver://user:pass@host:1433?database=db   (go-mssqldb's URL form)
 //
-// It does not create tables; see persistence.Installer.
+// It does not create tables (see persistence.Installer), except that an SQLite file is created
+// with its table when missing.
 func OpenStore(ctx context.Context, dsn, endpoint string) (persistence.Store, error) {
+	return openStore(ctx, dsn, endpoint, false)
+}
+
+// OpenExistingStore opens the store as OpenStore does, but creates nothing, not even an SQLite
+// file: when the endpoint's table (or the SQLite file) is missing it fails with an error wrapping
+// persistence.ErrNotSetUp that names it. For commands that only look at or cancel timeouts.
+func OpenExistingStore(ctx context.Context, dsn, endpoint string) (persistence.Store, error) {
+	store, err := openStore(ctx, dsn, endpoint, true)
+	if err != nil {
+		return nil, err
+	}
+	if checker, ok := store.(persistence.SetupChecker); ok {
+		if err := checker.CheckInfrastructure(ctx); err != nil {
+			_ = store.Close()
+			return nil, fmt.Errorf("store %s: %w", Redact(dsn), RedactError(err, dsn))
+		}
+	}
+	return store, nil
+}
+
+func openStore(ctx context.Context, dsn, endpoint string, existing bool) (persistence.Store, error) {
 	scheme, rest, ok := strings.Cut(dsn, ":")
 	if !ok || dsn == "" {
 		return nil, fmt.Errorf("%w: store %q: expected one of %s", ErrUnsupported, Redact(dsn), StoreSchemes)
@@ -46,7 +69,7 @@ func OpenStore(ctx context.Context, dsn, endpoint string) (persistence.Store, er
 		if path == "" {
 			return nil, fmt.Errorf("%w: store %q: no file path (sqlite:///path/to/file.db)", ErrInvalid, dsn)
 		}
-		cfg := sqlite.Config{Path: path, Endpoint: endpoint}
+		cfg := sqlite.Config{Path: path, Endpoint: endpoint, MustExist: existing}
 		if err := cfg.Validate(); err != nil {
 			return nil, invalid(err)
 		}
@@ -78,6 +101,9 @@ func OpenStore(ctx context.Context, dsn, endpoint string) (persistence.Store, er
 		store, err = sqlserver.Open(ctx, cfg)
 	default:
 		return nil, fmt.Errorf("%w: store scheme %q: expected one of %s", ErrUnsupported, scheme, StoreSchemes)
+	}
+	if errors.Is(err, persistence.ErrNotSetUp) {
+		return nil, fmt.Errorf("store %s: %w", Redact(dsn), RedactError(err, dsn))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening store %s: %w", Redact(dsn), RedactError(err, dsn))

@@ -1,15 +1,18 @@
 package satellites
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 // DefaultMaxBatch is the default of DispatchConfig.MaxBatch and StoreConfig.MaxBatch.
@@ -194,6 +197,7 @@ func (s *Store) store(batch []*request[delayed]) {
 	}
 	for _, r := range first {
 		if isNew[r.item.t.ID] {
+			s.logger.Debug("Timeout stored", watermill.LogFields{"timeout_id": r.item.t.ID, "destination": r.item.t.Destination, "due": r.item.t.Due})
 			if s.cfg.OnStored != nil {
 				s.cfg.OnStored(r.item.t.Due)
 			}
@@ -274,6 +278,9 @@ func (d *Dispatch) lookUp(first []*request[due]) (found []forward, ok bool) {
 		r.done <- fmt.Errorf("looking up timeout %s: %w", r.item.id, err)
 		return nil, true
 	}
+	now := time.Now()
+	var notYet []*request[due]
+	defer func() { d.notYetDue(ctx, notYet) }()
 	byID := make(map[string]persistence.Timeout, len(ts))
 	for _, t := range ts {
 		byID[t.ID] = t
@@ -285,11 +292,41 @@ func (d *Dispatch) lookUp(first []*request[due]) (found []forward, ok bool) {
 			r.done <- nil
 			continue
 		}
+		if t.Due.After(now) {
+			// Not due here: rescheduled to later after its claim's lease ran out, or claimed by a
+			// poller whose clock runs ahead of this one's. Never early: it is given back, to be
+			// claimed again when due.
+			notYet = append(notYet, r)
+			continue
+		}
 		out := message.NewMessage(t.ID, t.Payload)
 		out.Metadata = withoutRoutingHeaders(t.Metadata, wireparse.IsRoutingHeader)
+		out.Metadata.Set(wire.HeaderDue, wireparse.FormatExpire(t.Due))
 		found = append(found, forward{req: r, t: t, out: out})
 	}
 	return found, true
+}
+
+// notYetDue acks the announcements of timeouts not due yet, after giving them back to the store
+// so that they are claimable from their due time (a store without persistence.Releaser keeps
+// them until their claim's lease runs out).
+func (d *Dispatch) notYetDue(ctx context.Context, reqs []*request[due]) {
+	if len(reqs) == 0 {
+		return
+	}
+	ids := make([]string, len(reqs))
+	for i, r := range reqs {
+		ids[i] = r.item.id
+	}
+	d.logger.Debug("Timeouts announced before their due time; given back", watermill.LogFields{"timeout_ids": ids})
+	if rel, ok := d.cfg.Store.(persistence.Releaser); ok {
+		if _, err := rel.Release(ctx, ids); err != nil {
+			d.logger.Error("Giving back timeouts not due yet failed; they wait for their claim's lease", err, watermill.LogFields{"timeout_ids": ids})
+		}
+	}
+	for _, r := range reqs {
+		r.done <- nil
+	}
 }
 
 // publishAndRemove publishes the forwards, one Publish per destination, then removes the

@@ -184,7 +184,7 @@ func TestBatchDispatchForwardsEachOnceAndRemovesIt(t *testing.T) {
 	for id, n := range got {
 		require.Equal(t, 1, n, "%s forwarded once", id)
 	}
-	st, err := b.store.Stats(context.Background())
+	st, err := b.store.Stats(context.Background(), time.Now())
 	require.NoError(t, err)
 	require.Zero(t, st.Pending, "every forwarded timeout removed")
 	require.Less(t, b.published.publishCalls(), len(ids), "messages handled together are published together")
@@ -204,7 +204,7 @@ func TestBatchDispatchAcksARedeliveryHandledAtTheSameTime(t *testing.T) {
 		got[m.UUID] = true
 	}
 	require.Len(t, got, len(ids), "each forwarded at least once")
-	st, err := b.store.Stats(context.Background())
+	st, err := b.store.Stats(context.Background(), time.Now())
 	require.NoError(t, err)
 	require.Zero(t, st.Pending)
 }
@@ -231,7 +231,7 @@ func TestBatchDispatchRemovesOneByOneWhenTheBatchRemovalFails(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Len(t, b.published.to("payments"), len(ids))
-	st, err := b.store.Stats(context.Background())
+	st, err := b.store.Stats(context.Background(), time.Now())
 	require.NoError(t, err)
 	require.Zero(t, st.Pending)
 }
@@ -263,7 +263,7 @@ func TestBatchDispatchCountsAFailedForwardForEachMessage(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Len(t, b.published.to(wire.DefaultErrorQueue), len(ids))
-	st, err := b.store.Stats(context.Background())
+	st, err := b.store.Stats(context.Background(), time.Now())
 	require.NoError(t, err)
 	require.Zero(t, st.Pending)
 }
@@ -347,7 +347,7 @@ func TestBatchStoreStoresEachOnceAndAcksRedeliveries(t *testing.T) {
 	for _, err := range handleConcurrently(s, append(append([]*message.Message(nil), msgs...), redelivered...)) {
 		require.NoError(t, err)
 	}
-	st, err := b.store.Stats(context.Background())
+	st, err := b.store.Stats(context.Background(), time.Now())
 	require.NoError(t, err)
 	require.Equal(t, 200, st.Pending)
 	require.Equal(t, 200, woken, "the poller hears of each new timeout once")
@@ -399,7 +399,7 @@ func TestBatchStoreFallsBackToOneByOneWhenTheBatchFails(t *testing.T) {
 	for _, err := range handleConcurrently(s, append(msgs, bad)) {
 		require.NoError(t, err)
 	}
-	st, err := b.store.Stats(context.Background())
+	st, err := b.store.Stats(context.Background(), time.Now())
 	require.NoError(t, err)
 	require.Equal(t, 50, st.Pending)
 	require.Equal(t, "bad", b.published.only(t, wire.DefaultErrorQueue).UUID, "an unreadable message is rejected as ever")

@@ -88,7 +88,7 @@ func TestBatchForwarderForwardsTogetherEachOnce(t *testing.T) {
 	for _, m := range fwd.sent {
 		require.Equal(t, m.UUID, m.Metadata.Get("trace-id"), "headers kept")
 	}
-	st, err := b.store.Stats(context.Background())
+	st, err := b.store.Stats(context.Background(), time.Now())
 	require.NoError(t, err)
 	require.Zero(t, st.Pending)
 	require.Zero(t, b.published.publishCalls(), "the forwarder delivers, not the publisher")
@@ -138,7 +138,7 @@ func TestBatchForwarderSkipsWhatIsGone(t *testing.T) {
 	for id, n := range fwd.delivered() {
 		require.Equal(t, 1, n, "%s forwarded once", id)
 	}
-	st, err := b.store.Stats(context.Background())
+	st, err := b.store.Stats(context.Background(), time.Now())
 	require.NoError(t, err)
 	require.Zero(t, st.Pending)
 }

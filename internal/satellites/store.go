@@ -91,7 +91,47 @@ func (s *Store) Handle(msg *message.Message) error {
 	if err != nil {
 		return s.reject(msg, err.Error())
 	}
+	if t.Key != "" {
+		return s.scheduleKeyed(msg, t)
+	}
 	return s.batcher.do(delayed{msg: msg, t: t})
+}
+
+// scheduleKeyed stores a timeout with a deduplication key, alone: Scheduler.Schedule resolves
+// the key against the pending timeout that holds it, as the message's wire.HeaderKeyPolicy says.
+func (s *Store) scheduleKeyed(msg *message.Message, t persistence.Timeout) error {
+	sch, ok := s.cfg.Store.(persistence.Scheduler)
+	if !ok {
+		return s.reject(msg, fmt.Sprintf("%s is set, but the store (%T) cannot deduplicate by key: it does not implement persistence.Scheduler",
+			wire.HeaderKey, s.cfg.Store))
+	}
+	_, policy, _ := wireparse.Key(msg.Metadata) // checked by timeoutOf
+	ctx, cancel := detached(msg)
+	defer cancel()
+	res, err := sch.Schedule(ctx, t, time.Now(), policy)
+	if errors.Is(err, persistence.ErrInvalidTimeout) {
+		return s.reject(msg, err.Error())
+	}
+	if err != nil {
+		s.logger.Error("Storing timeout failed; will retry", err, watermill.LogFields{"timeout_id": t.ID})
+		s.cfg.Breaker.Failure(ctx, err)
+		return fmt.Errorf("storing timeout %s: %w", t.ID, err)
+	}
+	s.cfg.Breaker.Success()
+	switch res.Outcome {
+	case persistence.Existed:
+		return s.checkDuplicate(msg, t)
+	case persistence.Duplicate:
+		s.logger.Info("Timeout dropped: a pending timeout holds its key", watermill.LogFields{
+			"timeout_id": t.ID, "key": t.Key, "pending_id": res.ID})
+		return nil
+	}
+	s.logger.Debug("Timeout stored", watermill.LogFields{"timeout_id": t.ID, "destination": t.Destination, "due": t.Due,
+		"key": t.Key, "outcome": res.Outcome.String()})
+	if s.cfg.OnStored != nil {
+		s.cfg.OnStored(t.Due)
+	}
+	return nil
 }
 
 // timeoutOf reads a delayed message into a Timeout, or says why it cannot be stored.
@@ -110,6 +150,10 @@ func (s *Store) timeoutOf(msg *message.Message) (persistence.Timeout, error) {
 	if err != nil {
 		return persistence.Timeout{}, err
 	}
+	key, _, err := wireparse.Key(msg.Metadata)
+	if err != nil {
+		return persistence.Timeout{}, err
+	}
 	id := msg.UUID
 	if id == "" {
 		// A producer that is not Watermill (a plain AMQP client) may send no UUID. The message
@@ -123,6 +167,7 @@ func (s *Store) timeoutOf(msg *message.Message) (persistence.Timeout, error) {
 		Destination: dest,
 		Due:         due,
 		Owner:       msg.Metadata.Get(wire.HeaderOwner),
+		Key:         key,
 		Payload:     msg.Payload,
 		Metadata:    withoutRoutingHeaders(msg.Metadata, wireparse.IsRoutingHeader),
 	}, nil

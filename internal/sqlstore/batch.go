@@ -9,8 +9,8 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-// batchAttempts bounds how often a batch transaction is run again after an error Dialect.Retry
-// accepts (a deadlock).
+// batchAttempts bounds how often a batch or Schedule transaction is run again after an error
+// Dialect.Retry accepts (a deadlock).
 const batchAttempts = 5
 
 // StoreMany keeps the timeouts whose ids are not stored yet and returns those ids. It stores none
@@ -26,7 +26,7 @@ func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]stri
 	rows := make([]Row, 0, len(ts))
 	seen := make(map[string]struct{}, len(ts))
 	for _, t := range ts {
-		if err := s.validate(t); err != nil {
+		if err := s.validate(t, true); err != nil {
 			return nil, err
 		}
 		if _, dup := seen[t.ID]; dup {
@@ -153,8 +153,14 @@ func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) 
 // batch runs a batch's statements, in one transaction when tx or Dialect.BatchTx, and runs them
 // again after an error Dialect.Retry accepts, up to batchAttempts times.
 func (s *Store) batch(ctx context.Context, tx bool, run func(ctx context.Context, q Querier) error) error {
+	return s.retry(ctx, func() error { return s.write(ctx, tx || s.d.BatchTx, run) })
+}
+
+// retry runs a transaction, and again after an error Dialect.Retry accepts, up to batchAttempts
+// times.
+func (s *Store) retry(ctx context.Context, transaction func() error) error {
 	for attempt := 1; ; attempt++ {
-		err := s.write(ctx, tx || s.d.BatchTx, run)
+		err := transaction()
 		if err == nil || attempt == batchAttempts || ctx.Err() != nil || s.d.Retry == nil || !s.d.Retry(err) {
 			return err
 		}
@@ -181,10 +187,10 @@ func (s *Store) maxIn(n int) int {
 	return max(n, 1)
 }
 
-// ScanTimeout reads id, destination, due, owner, payload, metadata, failure_count.
+// ScanTimeout reads id, destination, due, owner, payload, metadata, failure_count, key.
 func ScanTimeout(s *Store, rows interface{ Scan(...any) error }) (persistence.Timeout, error) {
 	r := s.newRow()
-	if err := rows.Scan(&r.t.ID, &r.t.Destination, &r.due, &r.t.Owner, &r.t.Payload, &r.metadata, &r.t.FailureCount); err != nil {
+	if err := rows.Scan(&r.t.ID, &r.t.Destination, &r.due, &r.t.Owner, &r.t.Payload, &r.metadata, &r.t.FailureCount, &r.t.Key); err != nil {
 		return persistence.Timeout{}, err
 	}
 	if err := r.finish(); err != nil {

@@ -30,23 +30,44 @@ type Queries struct {
 	// Claim moves up to limit claimable rows to until and returns their id and due: until,
 	// now, limit.
 	Claim string
-	// Peek selects destination, due, owner, payload, metadata, failure_count: id.
+	// Peek selects destination, due, owner, payload, metadata, failure_count, key (empty for
+	// none): id.
 	Peek string
 	// Delete and IncrementFailureCount change one row: id.
 	Delete, IncrementFailureCount string
 	// CancelByOwner deletes the rows of a non-empty owner: owner.
 	CancelByOwner string
-	// Stats selects the count, the earliest and the latest due time.
+	// Stats selects the count, how many are due at now, how many are claimed at now (both NULL
+	// for no rows), the earliest and the latest due time: now, now.
 	Stats string
-	// List and ListByOwner select id, destination, due, owner, metadata, failure_count earliest
-	// due first: (owner,) limit.
-	List, ListByOwner string
+	// StatsByDestination selects each destination and its count.
+	StatsByDestination string
+	// List is what List reads and the columns its filters compare (see ListSQL).
+	List ListSQL
+	// Exists selects a row when the id is stored, reading the latest committed row even in a
+	// REPEATABLE READ transaction: id.
+	Exists string
+	// KeyLock, when set, takes a lock on the key until the transaction ends, so that Schedules
+	// of one key queue for it rather than race for its row: key.
+	KeyLock string
+	// KeyHolder selects id, due, available_at of the row holding key and locks it until the
+	// transaction ends: key.
+	KeyHolder string
+	// DropKey sets the key of one row to NULL: id.
+	DropKey string
+	// Schedule inserts a timeout as Store does, with its key (NULL for none) last, and inserts
+	// nothing, without failing the transaction, when the id or the key is taken (or fails with
+	// an error Dialect.IsDuplicate accepts): Store's parameters, then key.
+	Schedule string
+	// Reschedule moves the due time (and available_at) of one row pending at now: due, due, id,
+	// now.
+	Reschedule string
 	// Survey selects per destination its count, latest due and hidden count: hiddenFrom, from.
 	Survey string
 	// Hide moves rows to mark and returns them whole: mark, from, from, now, hiddenFrom, mark,
 	// limit.
 	Hide string
-	// PeekIn (the columns of Peek after id), RemoveIn (returning the ids deleted) and ReleaseIn
+	// PeekIn (id and the columns of Peek), RemoveIn (returning the ids deleted) and ReleaseIn
 	// (available_at back to due) are made for n ids, bound by Dialect.IDArgs.
 	PeekIn, RemoveIn, ReleaseIn func(n int) string
 }
@@ -57,8 +78,10 @@ var (
 	claimParams  = []string{"until", "now", "limit"}
 	idParams     = []string{"id"}
 	ownerParams  = []string{"owner"}
-	limitParams  = []string{"limit"}
-	ownerLimit   = []string{"owner", "limit"}
+	keyParams    = []string{"key"}
+	statsParams  = []string{"now", "now"}
+	schedParams  = []string{"id", "destination", "due", "due", "owner", "state", "headers", "failureCount", "key"}
+	reschParams  = []string{"due", "due", "id", "now"}
 	surveyParams = []string{"hiddenFrom", "from"}
 	hideParams   = []string{"mark", "from", "from", "now", "hiddenFrom", "mark", "limit"}
 )
@@ -107,7 +130,7 @@ type Dialect struct {
 	Storable func(string) bool
 	// IsDuplicate says Store met the primary key: the timeout is stored already.
 	IsDuplicate func(error) bool
-	// Retry says a batch transaction that failed with err may run again.
+	// Retry says a batch or Schedule transaction that failed with err may run again.
 	Retry func(err error) bool
 
 	// BatchTx runs every batch call in one transaction, even of one statement.
@@ -120,10 +143,28 @@ type Dialect struct {
 	// RemoveIDs, when set, replaces RemoveIn: it deletes the rows of ids (sorted) and returns
 	// the ids it deleted.
 	RemoveIDs func(ctx context.Context, q Querier, ids []string) ([]string, error)
+	// KeyTx, when set, runs the transaction of a Schedule with a key, holding a lock on the key
+	// around it, for a database that has no lock that ends with a transaction (Queries.KeyLock).
+	KeyTx func(ctx context.Context, key string, run func(ctx context.Context, q Querier) error) error
 	// Claim and Hide, when set, replace the statements of the same names; they need not sort
 	// what they return.
 	Claim func(ctx context.Context, now, until time.Time, limit int) ([]Claimed, error)
 	Hide  func(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error)
+}
+
+// ListSQL is how List's statement is made: SELECT, the columns and table of From, the filters
+// set (each compares one of the columns named here with a parameter), ORDER BY due, id, and the
+// limit (LIMIT, or TOP when Top).
+type ListSQL struct {
+	// From lists id, destination, due, owner, metadata, failure_count, key (empty for none) and
+	// names the table: "id, ... FROM t".
+	From string
+	// The columns the filters and the order compare.
+	ID, Due, Owner, Destination, Key string
+	// Top limits with SELECT TOP (n) (SQL Server) rather than LIMIT n.
+	Top bool
+	// TimeParam, when set, wraps a time parameter as the due column compares it.
+	TimeParam func(param string) string
 }
 
 // Row is a timeout of a StoreMany with its columns as they are stored.

@@ -4,51 +4,74 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-// Stats counts the stored timeouts, claimed or not, and their earliest and latest due times. It
-// reads the whole table: it is for operators, not for a poll loop.
-func (s *Store) Stats(ctx context.Context) (persistence.Stats, error) {
+// Stats counts the stored timeouts at now: all of them, those due, those a poller holds, and
+// each destination's; and their earliest and latest due times. It reads the whole table: it is
+// for operators, not for a poll loop.
+func (s *Store) Stats(ctx context.Context, now time.Time) (persistence.Stats, error) {
 	if err := Opened(s); err != nil {
 		return persistence.Stats{}, err
 	}
+	d := &s.d
+	// Due times are whole microseconds: due <= now exactly when due <= now cut to microseconds.
+	at := d.Time(now.UTC().Truncate(time.Microsecond))
 	var (
 		st               persistence.Stats
+		dueNow, claimed  sql.NullInt64 // SUM of no rows is NULL
 		earliest, latest = s.timeValue(), s.timeValue()
 	)
-	if err := queryRow(ctx, s.d.Reader, s.d.Queries.Stats, nil, &st.Pending, earliest, latest); err != nil {
-		return persistence.Stats{}, fmt.Errorf("%s: stats: %w", s.d.Name, err)
+	err := queryRow(ctx, d.Reader, d.Queries.Stats, s.args(statsParams, at, at), &st.Pending, &dueNow, &claimed, earliest, latest)
+	if err != nil {
+		return persistence.Stats{}, fmt.Errorf("%s: stats: %w", d.Name, err)
 	}
+	st.DueNow, st.Claimed = int(dueNow.Int64), int(claimed.Int64)
 	st.Earliest, st.Latest = earliest.t, latest.t
+	rows, err := d.Reader.QueryContext(ctx, d.Queries.StatsByDestination)
+	if err != nil {
+		return persistence.Stats{}, fmt.Errorf("%s: stats: %w", d.Name, err)
+	}
+	defer rows.Close()
+	st.ByDestination = map[string]int{}
+	for rows.Next() {
+		var (
+			destination string
+			n           int
+		)
+		if err := rows.Scan(&destination, &n); err != nil {
+			return persistence.Stats{}, fmt.Errorf("%s: stats: %w", d.Name, err)
+		}
+		st.ByDestination[destination] = n
+	}
+	if err := rows.Err(); err != nil {
+		return persistence.Stats{}, fmt.Errorf("%s: stats: %w", d.Name, err)
+	}
 	return st, nil
 }
 
-// List returns timeouts earliest due first, without their payloads.
+// List returns a page of timeouts in due time order, then id, without their payloads.
 func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
 	if err := Opened(s); err != nil {
 		return nil, err
 	}
-	limit := opts.Limit
-	if limit <= 0 {
-		limit = defaultListLimit
-	}
-	if opts.Owner != "" && s.d.Storable != nil && !s.d.Storable(opts.Owner) {
+	if s.d.Storable != nil {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("%s: list: %w", s.d.Name, err)
 		}
-		return nil, nil // no timeout has that owner (see Dialect.Storable)
+		for _, v := range []string{opts.Owner, opts.Key} {
+			if v != "" && !s.d.Storable(v) {
+				return nil, nil // no timeout has that owner or key (see Dialect.Storable)
+			}
+		}
 	}
-	var (
-		rows *sql.Rows
-		err  error
-	)
-	if opts.Owner != "" {
-		rows, err = s.d.Reader.QueryContext(ctx, s.d.Queries.ListByOwner, s.args(ownerLimit, s.d.Text(opts.Owner), int64(limit))...)
-	} else {
-		rows, err = s.d.Reader.QueryContext(ctx, s.d.Queries.List, s.args(limitParams, int64(limit))...)
-	}
+	query, args := ListStatement(s, opts)
+	rows, err := s.d.Reader.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: list: %w", s.d.Name, err)
 	}
@@ -56,7 +79,7 @@ func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persi
 	var list []persistence.Timeout
 	for rows.Next() {
 		r := s.newRow()
-		if err := rows.Scan(&r.t.ID, &r.t.Destination, &r.due, &r.t.Owner, &r.metadata, &r.t.FailureCount); err != nil {
+		if err := rows.Scan(&r.t.ID, &r.t.Destination, &r.due, &r.t.Owner, &r.metadata, &r.t.FailureCount, &r.t.Key); err != nil {
 			return nil, fmt.Errorf("%s: list: %w", s.d.Name, err)
 		}
 		if err := r.finish(); err != nil {
@@ -68,4 +91,96 @@ func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persi
 		return nil, fmt.Errorf("%s: list: %w", s.d.Name, err)
 	}
 	return list, nil
+}
+
+// ListStatement returns the statement List runs for opts on s, and its arguments: a WHERE made
+// of the filters that are set, the keyset condition of opts.After, ORDER BY due, id and the
+// limit. The keyset is written as due >= d AND (due > d OR due = d AND id > i), whose first
+// term bounds an index scan on (due, id) where a row comparison or an OR alone might not.
+func ListStatement(s *Store, opts persistence.ListOptions) (string, []any) {
+	d := &s.d
+	l := d.Queries.List
+	limit := opts.Limit
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	b := binder{d: d}
+	timeParam := func(name string, t time.Time) string {
+		p := b.bind(name, d.Time(t))
+		if l.TimeParam != nil {
+			p = l.TimeParam(p)
+		}
+		return p
+	}
+	var where []string
+	if opts.Owner != "" {
+		// <> '' matches the partial owner indexes.
+		where = append(where, l.Owner+" = "+b.bind("owner", d.Text(opts.Owner))+" AND "+l.Owner+" <> ''")
+	}
+	if opts.Destination != "" {
+		where = append(where, l.Destination+" = "+b.bind("destination", d.Text(opts.Destination)))
+	}
+	if opts.Key != "" {
+		where = append(where, l.Key+" = "+b.bind("key", d.Text(opts.Key)))
+	}
+	if !opts.DueFrom.IsZero() {
+		where = append(where, l.Due+" >= "+timeParam("dueFrom", RoundUpMicro(opts.DueFrom)))
+	}
+	if !opts.DueBefore.IsZero() {
+		where = append(where, l.Due+" < "+timeParam("dueBefore", RoundUpMicro(opts.DueBefore)))
+	}
+	if opts.After.ID != "" {
+		// Stored due times are whole microseconds, as every listed one is.
+		after := opts.After.Due.UTC().Truncate(time.Microsecond)
+		due := func() string { return timeParam("afterDue", after) }
+		where = append(where, fmt.Sprintf("%[1]s >= %[3]s AND (%[1]s > %[4]s OR %[1]s = %[5]s AND %[2]s > %[6]s)",
+			l.Due, l.ID, due(), due(), due(), b.bind("afterID", d.Text(opts.After.ID))))
+	}
+	var q strings.Builder
+	q.WriteString("SELECT ")
+	if l.Top {
+		q.WriteString("TOP (" + b.bind("limit", int64(limit)) + ") ")
+	}
+	q.WriteString(l.From)
+	if len(where) > 0 {
+		q.WriteString("\nWHERE " + strings.Join(where, "\n\tAND "))
+	}
+	q.WriteString("\nORDER BY " + l.Due + ", " + l.ID)
+	if !l.Top {
+		q.WriteString(" LIMIT " + b.bind("limit", int64(limit)))
+	}
+	return q.String(), b.args
+}
+
+// binder binds a statement's parameters as the dialect does: ? in order, $n numbered, or @name,
+// a name given twice bound once where the dialect allows.
+type binder struct {
+	d     *Dialect
+	names []string
+	args  []any
+}
+
+// bind returns the placeholder of the parameter name with value v.
+func (b *binder) bind(name string, v any) string {
+	if b.d.Named || b.d.Numbered {
+		if i := slices.Index(b.names, name); i >= 0 {
+			return b.placeholder(i)
+		}
+	}
+	b.names = append(b.names, name)
+	if b.d.Named {
+		v = sql.Named(name, v)
+	}
+	b.args = append(b.args, v)
+	return b.placeholder(len(b.args) - 1)
+}
+
+func (b *binder) placeholder(i int) string {
+	switch {
+	case b.d.Named:
+		return "@" + b.names[i]
+	case b.d.Numbered:
+		return "$" + strconv.Itoa(i+1)
+	}
+	return "?"
 }

@@ -19,6 +19,9 @@ const Columns = "id, destination, due, available_at, owner, payload, metadata, f
 // of the claim's lease. Claims and Next use its index, and no watermark is kept, so a timeout
 // committed late is still found (NServiceBus#3500). The test that owner is not empty matches the
 // partial owner indexes, and keeps "" from meaning "every ownerless timeout".
+//
+// dedup_key is a timeout's deduplication key, NULL for none, under a unique index: the backend
+// makes Schedule's insert skip a taken id or key, and KeyHolder lock the row it finds.
 func Standard(t string, dollar bool) Queries {
 	// ps returns the placeholders of a statement's k parameters.
 	ps := func(k int) []any {
@@ -37,26 +40,42 @@ func Standard(t string, dollar bool) Queries {
 	}
 	one := ps(1)[0]
 	store := ps(8)
+	schedule, reschedule, now := ps(9), ps(4), ps(2)
 	if dollar { // due is bound once, as due and as available_at
 		store = append(ps(3), ps(7)[2:]...)
+		schedule = append(ps(3), ps(8)[2:]...)
+		reschedule = []any{"$1", "$1", "$2", "$3"}
+		now = []any{"$1", "$1"}
 	}
+	const read = "destination, due, owner, payload, metadata, failure_count, COALESCE(dedup_key, '')"
 	return Queries{
 		Store: fmt.Sprintf(`INSERT INTO %s (%s)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s)`, append([]any{t, Columns}, store...)...),
 		Next:                  fmt.Sprintf(`SELECT MIN(available_at) FROM %s`, t),
-		Peek:                  fmt.Sprintf(`SELECT destination, due, owner, payload, metadata, failure_count FROM %s WHERE id = %s`, t, one),
+		Peek:                  fmt.Sprintf(`SELECT %s FROM %s WHERE id = %s`, read, t, one),
 		Delete:                fmt.Sprintf(`DELETE FROM %s WHERE id = %s`, t, one),
 		IncrementFailureCount: fmt.Sprintf(`UPDATE %s SET failure_count = failure_count + 1 WHERE id = %s`, t, one),
 		CancelByOwner:         fmt.Sprintf(`DELETE FROM %s WHERE owner = %s AND owner <> ''`, t, one),
-		Stats:                 fmt.Sprintf(`SELECT COUNT(*), MIN(due), MAX(due) FROM %s`, t),
-		List: fmt.Sprintf(`SELECT id, destination, due, owner, metadata, failure_count FROM %s
-ORDER BY due, id LIMIT %s`, t, one),
-		ListByOwner: fmt.Sprintf(`SELECT id, destination, due, owner, metadata, failure_count FROM %s
-WHERE owner = %s AND owner <> '' ORDER BY due, id LIMIT %s`, append([]any{t}, ps(2)...)...),
+		// A row is claimed at now while its available_at is neither its due time nor past.
+		Stats: fmt.Sprintf(`SELECT COUNT(*), SUM(CASE WHEN due <= %[2]s THEN 1 ELSE 0 END),
+	SUM(CASE WHEN available_at <> due AND available_at > %[3]s THEN 1 ELSE 0 END), MIN(due), MAX(due)
+FROM %[1]s`, t, now[0], now[1]),
+		StatsByDestination: fmt.Sprintf(`SELECT destination, COUNT(*) FROM %s GROUP BY destination`, t),
+		List: ListSQL{
+			From: fmt.Sprintf(`id, destination, due, owner, metadata, failure_count, COALESCE(dedup_key, '') FROM %s`, t),
+			ID:   "id", Due: "due", Owner: "owner", Destination: "destination", Key: "dedup_key",
+		},
+		Exists:    fmt.Sprintf(`SELECT 1 FROM %s WHERE id = %s`, t, one),
+		KeyHolder: fmt.Sprintf(`SELECT id, due, available_at FROM %s WHERE dedup_key = %s`, t, one),
+		DropKey:   fmt.Sprintf(`UPDATE %s SET dedup_key = NULL WHERE id = %s`, t, one),
+		Schedule: fmt.Sprintf(`INSERT INTO %s (%s, dedup_key)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)`, append([]any{t, Columns}, schedule...)...),
+		Reschedule: fmt.Sprintf(`UPDATE %s SET due = %s, available_at = %s WHERE id = %s AND (available_at = due OR available_at <= %s)`,
+			append([]any{t}, reschedule...)...),
 		Survey: fmt.Sprintf(`SELECT destination, COUNT(*), MAX(due), SUM(CASE WHEN available_at >= %s AND available_at <> due THEN 1 ELSE 0 END)
 FROM %s WHERE due >= %s`+" GROUP BY destination", ps(2)[0], t, ps(2)[1]),
 		PeekIn: func(n int) string {
-			return fmt.Sprintf(`SELECT id, destination, due, owner, payload, metadata, failure_count FROM %s WHERE id %s`, t, in(n))
+			return fmt.Sprintf(`SELECT id, %s FROM %s WHERE id %s`, read, t, in(n))
 		},
 		RemoveIn:  func(n int) string { return fmt.Sprintf(`DELETE FROM %s WHERE id %s RETURNING id`, t, in(n)) },
 		ReleaseIn: func(n int) string { return fmt.Sprintf(`UPDATE %s SET available_at = due WHERE id %s`, t, in(n)) },

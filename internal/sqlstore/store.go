@@ -83,7 +83,7 @@ func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) 
 	if err := Opened(s); err != nil {
 		return false, err
 	}
-	if err := s.validate(t); err != nil {
+	if err := s.validate(t, true); err != nil {
 		return false, err
 	}
 	payload := t.Payload
@@ -104,8 +104,14 @@ func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) 
 	return n == 1, nil
 }
 
-func (s *Store) validate(t persistence.Timeout) error {
-	if err := t.Validate(); err != nil {
+// validate checks t as every store and then the dialect's columns require; unkeyed refuses a
+// key, as Store and StoreMany do.
+func (s *Store) validate(t persistence.Timeout, unkeyed bool) error {
+	check := t.Validate
+	if unkeyed {
+		check = t.ValidateUnkeyed
+	}
+	if err := check(); err != nil {
 		return err
 	}
 	if s.d.Validate != nil {
@@ -206,7 +212,7 @@ func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error
 	r := s.newRow()
 	r.t.ID = id
 	err := queryRow(ctx, s.d.Reader, s.d.Queries.Peek, s.args(idParams, s.d.Text(id)),
-		&r.t.Destination, &r.due, &r.t.Owner, &r.t.Payload, &r.metadata, &r.t.FailureCount)
+		&r.t.Destination, &r.due, &r.t.Owner, &r.t.Payload, &r.metadata, &r.t.FailureCount, &r.t.Key)
 	if errors.Is(err, sql.ErrNoRows) {
 		return persistence.Timeout{}, fmt.Errorf("%w: %q", persistence.ErrNotFound, id)
 	}

@@ -4,13 +4,56 @@
 package wireparse
 
 import (
+	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
+
+// ErrOutOfRange is wrapped by the error of a due time after persistence.MaxDue, the end of the
+// year 9999: RFC 3339 cannot write it and no store keeps it.
+var ErrOutOfRange = errors.New("out of range")
+
+// fiveDigitYear finds a time that time.Parse refuses only for its year's digits.
+var fiveDigitYear = regexp.MustCompile(`^\s*\+?[0-9]{5,}-`)
+
+// ParseTime parses an RFC 3339 time a person or another program gave as a due time (a header, a
+// flag), fractional seconds allowed, any offset. The result is in UTC and rounded up to
+// wire.Precision. A time after the year 9999, written with more digits or reached by its offset
+// or by rounding, is refused with ErrOutOfRange.
+func ParseTime(value string) (time.Time, error) {
+	t, err := parseRFC3339(value)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return CheckRange(value, RoundUp(t))
+}
+
+// parseRFC3339 parses value as it stands, saying "out of range" for a year of five digits or more.
+func parseRFC3339(value string) (time.Time, error) {
+	if fiveDigitYear.MatchString(value) {
+		return time.Time{}, fmt.Errorf("%q is %w: due times end with the year 9999", value, ErrOutOfRange)
+	}
+	t, err := time.Parse(time.RFC3339Nano, value)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time: %v", value, err)
+	}
+	return t, nil
+}
+
+// CheckRange returns t, or ErrOutOfRange when t is after persistence.MaxDue; what names the value
+// for the error.
+func CheckRange(what string, t time.Time) (time.Time, error) {
+	if t.After(persistence.MaxDue) {
+		return time.Time{}, fmt.Errorf("%q is %w: due times end with the year 9999", what, ErrOutOfRange)
+	}
+	return t, nil
+}
 
 // FormatExpire formats t for wire.HeaderExpire: RFC 3339 in UTC with as many fractional digits as
 // needed.
@@ -24,11 +67,11 @@ func ParseExpire(value string) (time.Time, error) {
 	if strings.TrimSpace(value) == "" {
 		return time.Time{}, fmt.Errorf("%w: %s is empty", wire.ErrInvalidHeader, wire.HeaderExpire)
 	}
-	t, err := time.Parse(time.RFC3339Nano, value)
+	t, err := ParseTime(value)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: %s %q is not an RFC 3339 time: %v", wire.ErrInvalidHeader, wire.HeaderExpire, value, err)
+		return time.Time{}, fmt.Errorf("%w: %s %w", wire.ErrInvalidHeader, wire.HeaderExpire, err)
 	}
-	return RoundUp(t), nil
+	return t, nil
 }
 
 // RoundUp returns t in UTC rounded up to wire.Precision.
@@ -59,25 +102,29 @@ func Due(metadata map[string]string, now time.Time) (due time.Time, delayed bool
 	if !ok {
 		return time.Time{}, false, nil
 	}
-	until, err := time.Parse(time.RFC3339Nano, v)
+	until, err := parseRFC3339(v)
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("%w: %s %q is not an RFC 3339 time: %v", wire.ErrInvalidHeader, wire.HeaderWatermillDelayedUntil, v, err)
+		return time.Time{}, false, fmt.Errorf("%w: %s %w", wire.ErrInvalidHeader, wire.HeaderWatermillDelayedUntil, err)
 	}
-	if until.Nanosecond() != 0 {
-		return RoundUp(until), true, nil
-	}
-	endOfSecond := until.Add(time.Second)
-	if d, err := time.ParseDuration(metadata[wire.HeaderWatermillDelayedFor]); err == nil {
-		due = now.Add(d)
-		if due.Before(until) {
-			due = until
+	due = until
+	if until.Nanosecond() == 0 {
+		endOfSecond := until.Add(time.Second)
+		due = endOfSecond
+		if d, err := time.ParseDuration(metadata[wire.HeaderWatermillDelayedFor]); err == nil {
+			due = now.Add(d)
+			if due.Before(until) {
+				due = until
+			}
+			if due.After(endOfSecond) {
+				due = endOfSecond
+			}
 		}
-		if due.After(endOfSecond) {
-			due = endOfSecond
-		}
-		return RoundUp(due), true, nil
 	}
-	return RoundUp(endOfSecond), true, nil
+	due, err = CheckRange(v, RoundUp(due))
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("%w: %s %w", wire.ErrInvalidHeader, wire.HeaderWatermillDelayedUntil, err)
+	}
+	return due, true, nil
 }
 
 // Destination returns the wire.HeaderDestination of a delayed message, or an error saying why it is
@@ -102,14 +149,43 @@ func Destination(metadata map[string]string) (string, error) {
 	return d, nil
 }
 
+// Key returns the deduplication key of a delayed message (wire.HeaderKey, "" for none) and the
+// policy of wire.HeaderKeyPolicy, or an error saying why they are unusable.
+func Key(metadata map[string]string) (string, persistence.KeyPolicy, error) {
+	key, hasKey := metadata[wire.HeaderKey]
+	policy, hasPolicy := metadata[wire.HeaderKeyPolicy]
+	switch {
+	case !hasKey && hasPolicy:
+		return "", 0, fmt.Errorf("%w: %s is set without %s", wire.ErrInvalidHeader, wire.HeaderKeyPolicy, wire.HeaderKey)
+	case !hasKey:
+		return "", persistence.KeyReplace, nil
+	case key == "":
+		return "", 0, fmt.Errorf("%w: %s is empty", wire.ErrInvalidHeader, wire.HeaderKey)
+	case len(key) > persistence.MaxIDLength:
+		return "", 0, fmt.Errorf("%w: %s is longer than %d bytes", wire.ErrInvalidHeader, wire.HeaderKey, persistence.MaxIDLength)
+	case !utf8.ValidString(key) || strings.ContainsRune(key, 0):
+		return "", 0, fmt.Errorf("%w: %s is not valid UTF-8 without NUL bytes", wire.ErrInvalidHeader, wire.HeaderKey)
+	}
+	switch policy {
+	case "", wire.KeyPolicyReplace:
+		return key, persistence.KeyReplace, nil
+	case wire.KeyPolicyKeep:
+		return key, persistence.KeyKeep, nil
+	}
+	return "", 0, fmt.Errorf("%w: %s %q is neither %q nor %q", wire.ErrInvalidHeader, wire.HeaderKeyPolicy, policy,
+		wire.KeyPolicyReplace, wire.KeyPolicyKeep)
+}
+
 // IsRoutingHeader reports whether key is one of the headers that route a message through the
-// timeout manager: wire.HeaderExpire, wire.HeaderDestination, wire.HeaderOwner and Watermill's
-// two delay keys.
+// timeout manager: wire.HeaderExpire, wire.HeaderDestination, wire.HeaderOwner, wire.HeaderKey,
+// wire.HeaderKeyPolicy and Watermill's two delay keys; and wire.HeaderDue, which only delivery
+// sets.
 // They are removed before the message is delivered to its destination, which therefore never
 // sees a delay header, and a delivered message published again is not delayed again.
 func IsRoutingHeader(key string) bool {
 	switch key {
-	case wire.HeaderExpire, wire.HeaderDestination, wire.HeaderOwner, wire.HeaderWatermillDelayedUntil, wire.HeaderWatermillDelayedFor:
+	case wire.HeaderExpire, wire.HeaderDestination, wire.HeaderOwner, wire.HeaderKey, wire.HeaderKeyPolicy,
+		wire.HeaderWatermillDelayedUntil, wire.HeaderWatermillDelayedFor, wire.HeaderDue:
 		return true
 	}
 	return false

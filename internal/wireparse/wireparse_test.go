@@ -1,12 +1,14 @@
 package wireparse_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
+	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -25,18 +27,83 @@ func TestParseExpire(t *testing.T) {
 		require.Equal(t, time.UTC, got.Location())
 	}
 	for in, why := range map[string]string{
-		"":                      "is empty",
-		"  ":                    "is empty",
-		"tomorrow":              "is not an RFC 3339 time",
-		"2030-01-02 03:04:05":   "is not an RFC 3339 time",
-		"2030-01-02T03:04:05":   "is not an RFC 3339 time", // no offset: ambiguous
-		"10000-01-01T00:00:00Z": "is not an RFC 3339 time",
-		"2030-13-02T03:04:05Z":  "is not an RFC 3339 time",
+		"":                     "is empty",
+		"  ":                   "is empty",
+		"tomorrow":             "is not an RFC 3339 time",
+		"2030-01-02 03:04:05":  "is not an RFC 3339 time",
+		"2030-01-02T03:04:05":  "is not an RFC 3339 time", // no offset: ambiguous
+		"2030-13-02T03:04:05Z": "is not an RFC 3339 time",
 	} {
 		_, err := wireparse.ParseExpire(in)
 		require.ErrorIs(t, err, wire.ErrInvalidHeader, in)
 		require.ErrorContains(t, err, why, in)
 	}
+}
+
+// TestDueTimesBeyondTheYear9999AreOutOfRange: whichever way a due time passes the end of 9999
+// (more digits, an offset, rounding up, Watermill's end of the second), it is refused as out of
+// range, in those words, and never stored as a time a store would refuse or misread.
+func TestDueTimesBeyondTheYear9999AreOutOfRange(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, v := range []string{
+		"10000-01-01T00:00:00Z",
+		"+10000-01-01T00:00:00Z",
+		"123456-06-01T00:00:00.5+02:00",
+		"9999-12-31T23:00:00-05:00",    // 10000-01-01T04:00:00Z
+		"9999-12-31T23:59:59.9999999Z", // rounded up to the microsecond: 10000-01-01
+		"9999-12-31T23:59:59.999999001Z",
+	} {
+		_, err := wireparse.ParseExpire(v)
+		require.ErrorIs(t, err, wire.ErrInvalidHeader, v)
+		require.ErrorIs(t, err, wireparse.ErrOutOfRange, v)
+		require.ErrorContains(t, err, wire.HeaderExpire+" "+strconv.Quote(v)+" is out of range", v)
+
+		_, delayed, err := wireparse.Due(map[string]string{wire.HeaderExpire: v}, now)
+		require.ErrorIs(t, err, wireparse.ErrOutOfRange, v)
+		require.False(t, delayed)
+
+		_, err = wireparse.ParseTime(v)
+		require.ErrorIs(t, err, wireparse.ErrOutOfRange, v)
+		require.ErrorContains(t, err, "out of range", v)
+	}
+	lateNow := time.Date(9999, 12, 31, 23, 59, 59, 500_000_000, time.UTC)
+	for _, tc := range []struct {
+		why string
+		md  map[string]string
+		now time.Time
+	}{
+		{"more digits", map[string]string{wire.HeaderWatermillDelayedUntil: "10000-01-01T00:00:00Z"}, now},
+		{"the end of its second", map[string]string{wire.HeaderWatermillDelayedUntil: "9999-12-31T23:59:59Z"}, now},
+		{"now + delayed_for, capped at the end of its second", map[string]string{
+			wire.HeaderWatermillDelayedUntil: "9999-12-31T23:59:59Z", wire.HeaderWatermillDelayedFor: "1h"}, lateNow},
+		{"rounded up", map[string]string{wire.HeaderWatermillDelayedUntil: "9999-12-31T23:59:59.9999999Z"}, now},
+	} {
+		_, delayed, err := wireparse.Due(tc.md, tc.now)
+		require.ErrorIs(t, err, wire.ErrInvalidHeader, tc.why)
+		require.ErrorIs(t, err, wireparse.ErrOutOfRange, tc.why)
+		require.ErrorContains(t, err, wire.HeaderWatermillDelayedUntil+" ", tc.why)
+		require.ErrorContains(t, err, "is out of range", tc.why)
+		require.False(t, delayed)
+	}
+
+	due, delayed, err := wireparse.Due(map[string]string{
+		wire.HeaderWatermillDelayedUntil: "9999-12-31T23:59:58Z", wire.HeaderWatermillDelayedFor: "1h"}, lateNow)
+	require.NoError(t, err, "the end of the second before the last is in range")
+	require.True(t, delayed)
+	require.Equal(t, time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC), due)
+
+	last := "9999-12-31T23:59:59.999999Z"
+	got, err := wireparse.ParseExpire(last)
+	require.NoError(t, err, "the last microsecond of 9999 is in range")
+	require.Equal(t, persistence.MaxDue, got)
+	got, err = wireparse.ParseTime("9999-12-31T18:59:59.999999-05:00")
+	require.NoError(t, err)
+	require.Equal(t, persistence.MaxDue, got)
+	_, err = wireparse.CheckRange("x", persistence.MaxDue.Add(time.Microsecond))
+	require.ErrorIs(t, err, wireparse.ErrOutOfRange)
+	_, err = wireparse.CheckRange("x", persistence.MaxDue)
+	require.NoError(t, err)
 }
 
 func TestDue(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
+	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 var (
@@ -144,6 +145,10 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 		if err != nil {
 			return fmt.Errorf("rabbitmq: message %s for %s: %w", msg.UUID, topic, err)
 		}
+		if _, keyed := msg.Metadata[wire.HeaderKey]; keyed {
+			return fmt.Errorf("rabbitmq: message %s for %s: %w: native delay cannot deduplicate by %s; schedule keyed messages with the timeout manager",
+				msg.UUID, topic, wire.ErrInvalidHeader, wire.HeaderKey)
+		}
 		out[i] = Delayed{Destination: topic, Due: due, Message: msg}
 	}
 	results, err := p.Send(messages[0].Context(), now, out)
@@ -241,7 +246,11 @@ func (p *Publisher) outgoing(now time.Time, d Delayed) (nativedelay.Outgoing, er
 	if level := nativedelay.Level(seconds); level >= 0 {
 		exchange = p.topo.Exchange(level)
 	}
-	msg, err := amqpmarshal.Marshaler{}.Marshal(withoutRouting(d.Message))
+	out := withoutRouting(d.Message)
+	if !d.Due.IsZero() {
+		out.Metadata.Set(wire.HeaderDue, wireparse.FormatExpire(wireparse.RoundUp(d.Due)))
+	}
+	msg, err := amqpmarshal.Marshaler{}.Marshal(out)
 	if err != nil {
 		return nativedelay.Outgoing{}, fmt.Errorf("marshaling message %s: %w", d.Message.UUID, err)
 	}

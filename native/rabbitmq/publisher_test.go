@@ -11,6 +11,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
+	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -77,6 +78,14 @@ func TestPublisherDelaysAndKeepsTheMessage(t *testing.T) {
 	require.NotContains(t, got.Metadata, "x-death")
 	require.NotContains(t, got.Metadata, wire.HeaderOwner)
 	require.NotContains(t, got.Metadata, wire.HeaderExpire)
+	require.Equal(t, msg.Metadata.Get(wire.HeaderExpire), got.Metadata.Get(wire.HeaderDue), "the delivered message says when it was due")
+
+	keyed := message.NewMessage(watermill.NewUUID(), nil)
+	timeouts.DeliverAfter(keyed, time.Second)
+	timeouts.WithKey(keyed, "order-7/payment", persistence.KeyReplace)
+	err := pub.Publish(dest, keyed)
+	require.ErrorIs(t, err, wire.ErrInvalidHeader, "native delay cannot deduplicate")
+	require.ErrorContains(t, err, wire.HeaderKey)
 
 	now := message.NewMessage(watermill.NewUUID(), []byte("at once"))
 	require.NoError(t, pub.Publish(dest, now))

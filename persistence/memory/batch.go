@@ -10,7 +10,7 @@ import (
 // stores none when any of them is invalid.
 func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
 	for _, t := range ts {
-		if err := t.Validate(); err != nil {
+		if err := t.ValidateUnkeyed(); err != nil {
 			return nil, err
 		}
 	}

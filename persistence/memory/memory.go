@@ -20,6 +20,7 @@ type Store struct {
 	mu      sync.Mutex
 	byID    map[string]*entry
 	byOwner map[string]map[string]struct{}
+	byKey   map[string]string // key -> id of the timeout that holds it
 	queue   claimQueue
 	closed  bool
 }
@@ -40,6 +41,7 @@ func New() *Store {
 	return &Store{
 		byID:    make(map[string]*entry),
 		byOwner: make(map[string]map[string]struct{}),
+		byKey:   make(map[string]string),
 	}
 }
 
@@ -57,7 +59,7 @@ func (s *Store) lock(ctx context.Context) error {
 
 // Store keeps a copy of t; storing an id already kept changes nothing.
 func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) {
-	if err := t.Validate(); err != nil {
+	if err := t.ValidateUnkeyed(); err != nil {
 		return false, err
 	}
 	if err := s.lock(ctx); err != nil {
@@ -82,6 +84,9 @@ func (s *Store) insert(t persistence.Timeout) bool {
 			s.byOwner[t.Owner] = make(map[string]struct{})
 		}
 		s.byOwner[t.Owner][t.ID] = struct{}{}
+	}
+	if t.Key != "" {
+		s.byKey[t.Key] = t.ID
 	}
 	return true
 }
@@ -173,25 +178,33 @@ func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, err
 	return ok, nil
 }
 
-// Stats describes what the store holds.
-func (s *Store) Stats(ctx context.Context) (persistence.Stats, error) {
+// Stats describes what the store holds at now.
+func (s *Store) Stats(ctx context.Context, now time.Time) (persistence.Stats, error) {
 	if err := s.lock(ctx); err != nil {
 		return persistence.Stats{}, err
 	}
 	defer s.mu.Unlock()
-	st := persistence.Stats{Pending: len(s.byID)}
+	st := persistence.Stats{Pending: len(s.byID), ByDestination: map[string]int{}}
 	for _, e := range s.byID {
-		if st.Earliest.IsZero() || e.timeout.Due.Before(st.Earliest) {
-			st.Earliest = e.timeout.Due
+		due := e.timeout.Due
+		if st.Earliest.IsZero() || due.Before(st.Earliest) {
+			st.Earliest = due
 		}
-		if e.timeout.Due.After(st.Latest) {
-			st.Latest = e.timeout.Due
+		if due.After(st.Latest) {
+			st.Latest = due
 		}
+		if !due.After(now) {
+			st.DueNow++
+		}
+		if !e.pending(now) {
+			st.Claimed++
+		}
+		st.ByDestination[e.timeout.Destination]++
 	}
 	return st, nil
 }
 
-// List returns timeouts earliest due first, without payloads.
+// List returns a page of timeouts in due time order, then id, without payloads.
 func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
 	if opts.Limit <= 0 {
 		opts.Limit = 100
@@ -202,10 +215,11 @@ func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persi
 	defer s.mu.Unlock()
 	var out []persistence.Timeout
 	for _, e := range s.byID {
-		if opts.Owner != "" && e.timeout.Owner != opts.Owner {
+		t := e.timeout
+		if !matches(t, opts) {
 			continue
 		}
-		t := clone(e.timeout)
+		t = clone(t)
 		t.Payload = nil
 		out = append(out, t)
 	}
@@ -219,6 +233,22 @@ func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persi
 		out = out[:opts.Limit]
 	}
 	return out, nil
+}
+
+// matches reports whether t passes the filters of opts.
+func matches(t persistence.Timeout, o persistence.ListOptions) bool {
+	switch {
+	case o.Owner != "" && t.Owner != o.Owner,
+		o.Destination != "" && t.Destination != o.Destination,
+		o.Key != "" && t.Key != o.Key,
+		!o.DueFrom.IsZero() && t.Due.Before(o.DueFrom),
+		!o.DueBefore.IsZero() && !t.Due.Before(o.DueBefore):
+		return false
+	case o.After.ID != "":
+		c := t.Due.Compare(o.After.Due)
+		return c > 0 || c == 0 && t.ID > o.After.ID
+	}
+	return true
 }
 
 // Close makes every later call fail. It holds nothing that needs releasing.
@@ -242,6 +272,9 @@ func (s *Store) delete(id string) bool {
 		if len(s.byOwner[owner]) == 0 {
 			delete(s.byOwner, owner)
 		}
+	}
+	if key := e.timeout.Key; key != "" && s.byKey[key] == id {
+		delete(s.byKey, key)
 	}
 	return true
 }

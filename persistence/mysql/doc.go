@@ -46,6 +46,14 @@
 // them, and deletes exactly those. The owner index holds the first 255 bytes of owners; an empty
 // owner cancels nothing: it means "no owner".
 //
+// Deduplication keys are a VARBINARY(250) column under a unique index (NULL, for none, never
+// collides); SetupInfrastructure adds it to a table an older version created. A Schedule with a
+// key holds a named lock on the key (GET_LOCK) around its READ COMMITTED transaction, so that
+// Schedules of one key take turns instead of deadlocking on the unique index, and is run again
+// when InnoDB chose it as a deadlock victim. ScheduleTx runs in the caller's transaction, which
+// a session lock cannot follow: it reads the key's holder with locking reads (current even at
+// REPEATABLE READ), and a deadlock is returned for the caller to roll back and run again.
+//
 // Use New to run the store on a *sql.DB of your own opened with the "mysql" driver; any DSN
 // options work.
 package mysql

@@ -10,7 +10,11 @@ import (
 // queries holds the store's SQL, made once with the table name quoted.
 type queries struct {
 	createTable string
+	// tableExists fails with ER_NO_SUCH_TABLE when the table is missing, and with
+	// ER_BAD_FIELD_ERROR when an older version created it without the key column, which addKey
+	// adds with its unique index.
 	tableExists string
+	addKey      string
 	// claimSelect and hideSelect lock the rows a claim or a Hide then moves by id.
 	claimSelect, hideSelect string
 	table                   string
@@ -21,12 +25,18 @@ type queries struct {
 // table's own in MariaDB, so they need no prefix.
 func newQueries(table string) queries {
 	t := quoteIdent(table)
+	// Store and Schedule are plain INSERTs whose duplicate-key error means "the id or key is
+	// taken" (the server undoes the statement alone, the transaction goes on): INSERT IGNORE
+	// would hide other errors too, and ON DUPLICATE KEY UPDATE's affected-rows count depends on
+	// the DSN's clientFoundRows, so it could not tell an insert from a duplicate.
+	core := sqlstore.Standard(t, false)
+	// Locking reads: they read the latest committed row even in a caller's REPEATABLE READ
+	// transaction, whose snapshot would not show what a concurrent Schedule committed.
+	core.Exists += ` LOCK IN SHARE MODE`
+	core.KeyHolder += ` FOR UPDATE`
 	return queries{
 		table: t,
-		// A plain INSERT whose duplicate-key error means "stored already": INSERT IGNORE would
-		// hide other errors too, and ON DUPLICATE KEY UPDATE's affected-rows count depends on the
-		// DSN's clientFoundRows.
-		core: sqlstore.Standard(t, false),
+		core:  core,
 		// Binary strings: ids and owners compare byte for byte ("a", "A" and "a " are three
 		// ids), and any bytes fit, whatever the server's character sets.
 		createTable: fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (\n"+
@@ -38,13 +48,19 @@ func newQueries(table string) queries {
 			"\tpayload LONGBLOB NOT NULL,\n"+
 			"\tmetadata MEDIUMBLOB NOT NULL,\n"+
 			"\tfailure_count INT NOT NULL DEFAULT 0,\n"+
+			"\tdedup_key VARBINARY(250) NULL,\n"+
 			"\tPRIMARY KEY (id),\n"+
 			"\tINDEX available_at (available_at),\n"+
-			"\tINDEX owner (owner(255))\n"+
+			"\tINDEX owner (owner(255)),\n"+
+			"\tUNIQUE INDEX dedup_key (dedup_key)\n"+
 			") ENGINE=InnoDB", t),
 		// Fails with ER_NO_SUCH_TABLE when missing. Exact, unlike information_schema, whose names
 		// compare case-insensitively.
-		tableExists: fmt.Sprintf(`SELECT 1 FROM %s LIMIT 0`, t),
+		tableExists: fmt.Sprintf(`SELECT dedup_key FROM %s LIMIT 0`, t),
+		// One statement, IF NOT EXISTS: instances migrating together wait for each other's
+		// metadata lock and find the column made. A unique index keeps any number of NULLs.
+		addKey: fmt.Sprintf(`ALTER TABLE %s ADD COLUMN IF NOT EXISTS dedup_key VARBINARY(250) NULL,
+	ADD UNIQUE INDEX IF NOT EXISTS dedup_key (dedup_key)`, t),
 		// FORCE INDEX: read the index in order and stop at limit, so that only the rows claimed
 		// are locked; a table scan and sort would lock every due row and starve other pollers.
 		claimSelect: fmt.Sprintf(`SELECT id, due FROM %s FORCE INDEX (available_at)
@@ -53,7 +69,7 @@ WHERE available_at <= ? ORDER BY available_at LIMIT ? FOR UPDATE SKIP LOCKED`, t
 		// at or after from, and a hidden row after HiddenFrom. Rows a poller holds (leased past
 		// now, not hidden) are skipped, and rows another Hide is taking are skipped as a claim
 		// skips them.
-		hideSelect: fmt.Sprintf(`SELECT id, destination, due, owner, payload, metadata, failure_count
+		hideSelect: fmt.Sprintf(`SELECT id, destination, due, owner, payload, metadata, failure_count, COALESCE(dedup_key, '')
 FROM %s FORCE INDEX (available_at)
 WHERE available_at >= ? AND (due >= ? AND (available_at = due OR available_at <= ?) OR available_at >= ? AND available_at <> ?)
 ORDER BY available_at LIMIT ? FOR UPDATE SKIP LOCKED`, t),

@@ -28,6 +28,7 @@ type core = sqlstore.Store // embedded by this name: no exported field, no hidde
 const (
 	errDupEntry     = 1062 // ER_DUP_ENTRY
 	errNoSuchTable  = 1146 // ER_NO_SUCH_TABLE
+	errBadField     = 1054 // ER_BAD_FIELD_ERROR
 	errLockDeadlock = 1213 // ER_LOCK_DEADLOCK
 )
 
@@ -118,6 +119,7 @@ func newStore(db *sql.DB, ownsDB bool, table string) *Store {
 		BatchTx:   true,
 		StoreRows: s.storeRows,
 		RemoveIDs: s.removeIDs,
+		KeyTx:     s.keyTx,
 		Claim:     s.claimDue,
 		Hide:      s.hideRetried,
 	})
@@ -132,22 +134,25 @@ func (s *Store) c() *sqlstore.Store {
 	return s.core
 }
 
-// SetupInfrastructure creates the table and its indexes when the table is missing. When it
-// exists it changes nothing and needs no right to create it.
+// SetupInfrastructure creates the table and its indexes when the table is missing, and adds the
+// key column and its index to a table an older version created. When all exist it changes
+// nothing and needs no right to create or alter the table.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	if err := sqlstore.Opened(s.c()); err != nil {
 		return err
 	}
 	_, err := s.db.ExecContext(ctx, s.q.tableExists)
-	if err == nil {
+	switch {
+	case err == nil:
 		return nil
+	case isServerError(err, errNoSuchTable):
+		// IF NOT EXISTS: instances starting together may both get here; the server's metadata
+		// lock lets one create and the other find it made.
+		_, err = s.db.ExecContext(ctx, s.q.createTable)
+	case isServerError(err, errBadField):
+		_, err = s.db.ExecContext(ctx, s.q.addKey)
 	}
-	if !isServerError(err, errNoSuchTable) {
-		return fmt.Errorf("mysql: set up %s: %w", s.q.table, err)
-	}
-	// IF NOT EXISTS: instances starting together may both get here; the server's metadata lock
-	// lets one create and the other find it made.
-	if _, err := s.db.ExecContext(ctx, s.q.createTable); err != nil {
+	if err != nil {
 		return fmt.Errorf("mysql: set up %s: %w", s.q.table, err)
 	}
 	return nil

@@ -38,6 +38,13 @@
 // means "no owner". Stats and Survey read the whole table: they are for operators, not for a
 // poll loop.
 //
+// Deduplication keys are a nullable column under a partial unique index. Schedule and
+// ScheduleTx take a transaction-scoped advisory lock on the key, so that Schedules of one key
+// take turns, and insert with ON CONFLICT DO NOTHING, so that a taken id or key never aborts the
+// caller's transaction. At REPEATABLE READ or SERIALIZABLE, a caller's transaction that meets a
+// concurrent Schedule may fail with a serialization error, to be run again. List reads an index
+// on (due, id), so that a page costs what it returns whatever the table holds.
+//
 // Use New to run the store on a *sql.DB of your own (opened with the "pgx" driver, or with
 // stdlib.OpenDBFromPool on a pgxpool.Pool). pgx prepares and caches statements per connection;
 // behind PgBouncer in transaction mode, add default_query_exec_mode=simple_protocol to the DSN.

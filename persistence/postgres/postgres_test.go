@@ -132,7 +132,7 @@ func TestLongTableNames(t *testing.T) {
 	db := openDB(t, dsn)
 	var indexes int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1`, schema).Scan(&indexes))
-	require.Equal(t, 9, indexes, "three tables, three indexes each (primary key, available_at, owner)")
+	require.Equal(t, 15, indexes, "three tables, five indexes each (primary key, available_at, owner, dedup_key, due_id)")
 }
 
 func TestSetupInfrastructure(t *testing.T) {

@@ -3,10 +3,14 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 	"github.com/timeoutmill/timeoutmill/persistence"
@@ -15,14 +19,19 @@ import (
 // queries holds the store's SQL, made once with the schema and table names quoted.
 type queries struct {
 	// Quoted, qualified names, which to_regclass reads as SQL would; schemaName is unquoted.
-	table, availableIndex, ownerIndex string
-	schemaName                        string
+	table, availableIndex, ownerIndex, keyIndex, dueIndex string
+	schemaName                                            string
 
 	createSchema         string
 	createTable          string
 	createAvailableIndex string
 	createOwnerIndex     string
-	core                 sqlstore.Queries
+	// addKey adds the key column to a table an older version created; createKeyIndex and
+	// createDueIndex add its indexes.
+	addKey         string
+	createKeyIndex string
+	createDueIndex string
+	core           sqlstore.Queries
 }
 
 // newQueries builds the SQL for names that passed validateIdentifier.
@@ -31,8 +40,17 @@ func newQueries(schema, table string) queries {
 	t := s + "." + quoteIdent(table)
 	availableIndex := quoteIdent(indexName(table, "available_at"))
 	ownerIndex := quoteIdent(indexName(table, "owner"))
+	keyIndex := quoteIdent(indexName(table, "dedup_key"))
+	dueIndex := quoteIdent(indexName(table, "due_id"))
 	core := sqlstore.Standard(t, true)
 	core.Store += ` ON CONFLICT (id) DO NOTHING`
+	// Without a conflict target: a taken id or key inserts nothing, and, unlike a unique
+	// violation, leaves a caller's transaction usable (ScheduleTx).
+	core.Schedule += ` ON CONFLICT DO NOTHING`
+	core.KeyHolder += ` FOR UPDATE`
+	// Schedules of one key wait in turn for a lock on it: locking the holder's row alone, each
+	// replace would delete the row the others wait for, and they would all go round again.
+	core.KeyLock = fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, hashtext($1))`, lockSpace(t))
 	// One statement: lock the earliest claimable rows, skipping rows another claim holds, and
 	// move them to the end of the lease. The locked rows are updated by their ctid (a TID scan)
 	// rather than looked up again by id: a row we hold locked cannot move, and this saves a
@@ -56,11 +74,13 @@ RETURNING t.id, t.due`, t)
 	ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED
 )
 UPDATE %[1]s AS t SET available_at = $1 FROM hidden WHERE t.id = hidden.id
-RETURNING t.id, t.destination, t.due, t.owner, t.payload, t.metadata, t.failure_count`, t)
+RETURNING t.id, t.destination, t.due, t.owner, t.payload, t.metadata, t.failure_count, COALESCE(t.dedup_key, '')`, t)
 	return queries{
 		table:          t,
 		availableIndex: s + "." + availableIndex,
 		ownerIndex:     s + "." + ownerIndex,
+		keyIndex:       s + "." + keyIndex,
+		dueIndex:       s + "." + dueIndex,
 		schemaName:     schema,
 		core:           core,
 
@@ -74,13 +94,28 @@ RETURNING t.id, t.destination, t.due, t.owner, t.payload, t.metadata, t.failure_
 	owner text COLLATE "C" NOT NULL DEFAULT '',
 	payload bytea NOT NULL,
 	metadata bytea NOT NULL,
-	failure_count integer NOT NULL DEFAULT 0
+	failure_count integer NOT NULL DEFAULT 0,
+	dedup_key text COLLATE "C"
 )`, t),
 		createAvailableIndex: fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (available_at)`, availableIndex, t),
 		// Only equality is asked of owners, and most rows have none: a partial hash index has no
 		// length limit (a btree entry must fit in a third of a page) and stays small.
 		createOwnerIndex: fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s USING hash (owner) WHERE owner <> ''`, ownerIndex, t),
+		addKey:           fmt.Sprintf(`ALTER TABLE %s ADD COLUMN IF NOT EXISTS dedup_key text COLLATE "C"`, t),
+		// Partial: most timeouts have no key, and only keys need be unique.
+		createKeyIndex: fmt.Sprintf(`CREATE UNIQUE INDEX IF NOT EXISTS %s ON %s (dedup_key) WHERE dedup_key IS NOT NULL`, keyIndex, t),
+		// List's order, so that a page (the first, or the one after a cursor) reads as many index
+		// entries as it returns rather than sorting the table.
+		createDueIndex: fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (due, id)`, dueIndex, t),
 	}
+}
+
+// lockSpace is the first half of the advisory locks of keys in table t, so that keys of other
+// tables rarely share them (when they do, two Schedules only wait for each other).
+func lockSpace(t string) int32 {
+	h := fnv.New32a()
+	h.Write([]byte(t))
+	return int32(h.Sum32())
 }
 
 // dialect is how the core runs a store on db, which Close closes when ownsDB.
@@ -95,6 +130,11 @@ func (q queries) dialect(db *sql.DB, ownsDB bool) sqlstore.Dialect {
 		// One array parameter, of any length.
 		IDArgs:   func(ids []string) []any { return []any{ids} },
 		Validate: validateTimeout,
+		// A deadlock victim of a Schedule, which PostgreSQL rolled back.
+		Retry: func(err error) bool {
+			var pe *pgconn.PgError
+			return errors.As(err, &pe) && pe.Code == "40P01"
+		},
 		StoreRows: func(ctx context.Context, db sqlstore.Querier, rows []sqlstore.Row) ([]string, error) {
 			return storeRows(ctx, db, q.table, rows)
 		},
@@ -135,7 +175,7 @@ ON CONFLICT (id) DO NOTHING RETURNING id`, []any{ids, destinations, dues, owners
 
 // validateTimeout checks what text columns require beyond what every store requires.
 func validateTimeout(t persistence.Timeout) error {
-	for _, f := range []struct{ name, value string }{{"id", t.ID}, {"destination", t.Destination}, {"owner", t.Owner}} {
+	for _, f := range []struct{ name, value string }{{"id", t.ID}, {"destination", t.Destination}, {"owner", t.Owner}, {"key", t.Key}} {
 		if !utf8.ValidString(f.value) {
 			return fmt.Errorf("%w: %s %q is not valid UTF-8, which PostgreSQL's text requires", persistence.ErrInvalidTimeout, f.name, f.value)
 		}

@@ -76,16 +76,18 @@ func (s *Store) c() *sqlstore.Store {
 	return s.core
 }
 
-// SetupInfrastructure creates the schema, the table and its indexes when they are missing. When
-// all exist it changes nothing and needs no right to create them.
+// SetupInfrastructure creates the schema, the table and its indexes when they are missing, and
+// adds the key column and its index to a table an older version created. When all exist it
+// changes nothing and needs no right to create them.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	if err := sqlstore.Opened(s.c()); err != nil {
 		return err
 	}
 	var installed bool
 	err := sqlstore.DB(s.core).QueryRowContext(ctx,
-		`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL`,
-		s.q.table, s.q.availableIndex, s.q.ownerIndex).Scan(&installed)
+		`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL
+	AND to_regclass($4) IS NOT NULL AND to_regclass($5) IS NOT NULL`,
+		s.q.table, s.q.availableIndex, s.q.ownerIndex, s.q.keyIndex, s.q.dueIndex).Scan(&installed)
 	if err != nil {
 		return fmt.Errorf("postgres: set up %s: %w", s.q.table, err)
 	}
@@ -117,7 +119,8 @@ func (s *Store) install(ctx context.Context) (err error) {
 	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s.q.schemaName).Scan(&schemaExists); err != nil {
 		return err
 	}
-	stmts := []string{s.q.createTable, s.q.createAvailableIndex, s.q.createOwnerIndex}
+	// A table an older version created gets the key column and the indexes added.
+	stmts := []string{s.q.createTable, s.q.createAvailableIndex, s.q.createOwnerIndex, s.q.addKey, s.q.createKeyIndex, s.q.createDueIndex}
 	if !schemaExists {
 		// Only when missing: CREATE SCHEMA IF NOT EXISTS needs the right to create schemas even
 		// when the schema is there.

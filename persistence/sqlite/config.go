@@ -13,7 +13,8 @@ import (
 // Config configures a Store. The zero value is not usable: set Path (for Open) and Endpoint or
 // Table.
 type Config struct {
-	// Path is the database file, created when missing. Open requires it; New ignores it.
+	// Path is the database file, created when missing (unless MustExist). Open requires it; New
+	// ignores it.
 	Path string
 
 	// Endpoint is the name of the endpoint whose timeouts the store keeps. It names the table
@@ -34,6 +35,11 @@ type Config struct {
 	// BusyTimeout is how long a statement waits for another process's lock on the file before it
 	// fails with SQLITE_BUSY. Defaults to 5 s. New ignores it.
 	BusyTimeout time.Duration
+
+	// MustExist makes Open and New create nothing: when the file or the table is missing they
+	// fail with an error wrapping persistence.ErrNotSetUp that names it, and leave the file as it
+	// was. For tools that only look at or cancel timeouts. Defaults to false: both are created.
+	MustExist bool
 }
 
 const (

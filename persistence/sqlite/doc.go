@@ -23,6 +23,15 @@
 // database is never corrupted. With FULL every commit is synced to disk before it returns and
 // nothing acknowledged is lost, at the cost of one fsync per Store, Claim and Remove.
 //
+// ScheduleTx schedules a timeout inside a transaction of the caller's on the same file, so that
+// it exists if and only if that transaction commits. Begin it on a *sql.DB of your own, the one
+// you give New or one opened on Open's file, whose DSN has _txlock=immediate and a busy_timeout:
+// the transaction then takes SQLite's write lock at BEGIN (a transaction that read first could
+// not upgrade its stale snapshot and would fail with SQLITE_BUSY), and the store's writer waits
+// for it, up to its busy timeout, rather than failing. Keep such transactions short: every change
+// the store makes waits for them. On a pool of one connection, call no other method of the store
+// while the transaction is open: the store's writer needs that connection.
+//
 // Timeouts are kept with microsecond due times (rounded up, so nothing is delivered early), their
 // payload and headers byte for byte (headers in persistence.EncodeMetadata's format).
 package sqlite

@@ -9,7 +9,11 @@ import (
 // queries holds the store's SQL, made once with the table name quoted.
 type queries struct {
 	setup []string
-	core  sqlstore.Queries
+	// hasKey counts the key column of the table (0 in one an older version created): table name.
+	hasKey string
+	// addKey adds it; keyIndex makes keys unique.
+	addKey, keyIndex string
+	core             sqlstore.Queries
 }
 
 // newQueries builds the SQL for a table whose name passed validateTable. The lease uses the
@@ -20,6 +24,10 @@ func newQueries(table string) queries {
 	ownerIndex := quoteIdent(table + "_owner")
 	core := sqlstore.Standard(t, false)
 	core.Store += ` ON CONFLICT (id) DO NOTHING`
+	// Without a conflict target: a taken id or key inserts nothing and fails nothing. The
+	// store's single writer (or, in ScheduleTx, the caller's transaction holding the write lock)
+	// serializes Schedules, so the key's holder needs no lock of its own.
+	core.Schedule += ` ON CONFLICT DO NOTHING`
 	core.Claim = fmt.Sprintf(`UPDATE %[1]s SET available_at = ?
 WHERE id IN (SELECT id FROM %[1]s WHERE available_at <= ? ORDER BY available_at LIMIT ?)
 RETURNING id, due`, t)
@@ -30,9 +38,14 @@ RETURNING id, due`, t)
 WHERE id IN (SELECT id FROM %[1]s WHERE available_at >= ?
 	AND (due >= ? AND (available_at = due OR available_at <= ?) OR available_at >= ? AND available_at <> ?)
 	ORDER BY available_at LIMIT ?)
-RETURNING id, destination, due, owner, payload, metadata, failure_count`, t)
+RETURNING id, destination, due, owner, payload, metadata, failure_count, COALESCE(dedup_key, '')`, t)
 	return queries{
-		core: core,
+		core:   core,
+		hasKey: `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = 'dedup_key'`,
+		addKey: fmt.Sprintf(`ALTER TABLE %s ADD COLUMN dedup_key TEXT`, t),
+		// Partial: most timeouts have no key.
+		keyIndex: fmt.Sprintf(`CREATE UNIQUE INDEX IF NOT EXISTS %s ON %s (dedup_key) WHERE dedup_key IS NOT NULL`,
+			quoteIdent(table+"_dedup_key"), t),
 		setup: []string{
 			fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 	id TEXT NOT NULL PRIMARY KEY,
@@ -42,7 +55,8 @@ RETURNING id, destination, due, owner, payload, metadata, failure_count`, t)
 	owner TEXT NOT NULL DEFAULT '',
 	payload BLOB NOT NULL,
 	metadata BLOB NOT NULL,
-	failure_count INTEGER NOT NULL DEFAULT 0
+	failure_count INTEGER NOT NULL DEFAULT 0,
+	dedup_key TEXT
 )`, t),
 			fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (available_at)`, availableIndex, t),
 			fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (owner) WHERE owner <> ''`, ownerIndex, t),

@@ -28,6 +28,7 @@ type Store struct {
 	reader *sql.DB
 	// pools are closed by Close: Open's two, none for New (the caller's *sql.DB stays open).
 	pools []*sql.DB
+	table string
 	q     queries
 }
 
@@ -38,7 +39,7 @@ const maxIn = 500
 
 // newStore returns a store whose changes w makes and whose reads reader runs.
 func newStore(w *writer, reader *sql.DB, pools []*sql.DB, table string) *Store {
-	s := &Store{writer: w, reader: reader, pools: pools, q: newQueries(table)}
+	s := &Store{writer: w, reader: reader, pools: pools, table: table, q: newQueries(table)}
 	s.core = sqlstore.New(sqlstore.Dialect{
 		Name:    "sqlite",
 		DB:      reader,
@@ -84,7 +85,8 @@ func (s *Store) c() *sqlstore.Store {
 }
 
 // Open opens (creating when missing) the database file at config.Path in WAL mode, creates the
-// table and its indexes when missing, and returns a store on it. Close closes the file.
+// table and its indexes when missing, and returns a store on it. Close closes the file. With
+// config.MustExist it creates neither. Its errors name the file.
 func Open(ctx context.Context, config Config) (*Store, error) {
 	config.setDefaults()
 	if err := config.Validate(); err != nil {
@@ -95,6 +97,9 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 	}
 	if config.Path == ":memory:" || strings.HasPrefix(config.Path, "file::memory:") {
 		return nil, errors.New("sqlite: invalid config: Path must be a file; use persistence/memory for a store in memory")
+	}
+	if err := checkPath(ctx, config); err != nil {
+		return nil, err
 	}
 
 	writer, err := sql.Open("sqlite", dsn(config, false))
@@ -116,16 +121,16 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 	reader.SetMaxIdleConns(readers)
 
 	s := newStore(newWriter(writer), reader, []*sql.DB{reader, writer}, config.Table)
-	if err := s.SetupInfrastructure(ctx); err != nil {
+	if err := s.setUp(ctx, config.MustExist); err != nil {
 		_ = s.Close()
-		return nil, err
+		return nil, fmt.Errorf("sqlite: open %s: %w", config.Path, err)
 	}
 	return s, nil
 }
 
 // New returns a store on a *sql.DB the caller opened with the "sqlite" driver, and creates the
-// table and its indexes when missing. The caller's pragmas apply: use WAL mode and a busy
-// timeout, or limit db to one connection. Close leaves db open.
+// table and its indexes when missing (unless config.MustExist). The caller's pragmas apply: use
+// WAL mode and a busy timeout, or limit db to one connection. Close leaves db open.
 func New(ctx context.Context, db *sql.DB, config Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("sqlite: db is nil")
@@ -135,9 +140,9 @@ func New(ctx context.Context, db *sql.DB, config Config) (*Store, error) {
 		return nil, err
 	}
 	s := newStore(newWriter(db), db, nil, config.Table)
-	if err := s.SetupInfrastructure(ctx); err != nil {
+	if err := s.setUp(ctx, config.MustExist); err != nil {
 		_ = s.Close()
-		return nil, err
+		return nil, fmt.Errorf("sqlite: %w", err)
 	}
 	return s, nil
 }
@@ -156,25 +161,58 @@ func dsn(config Config, readOnly bool) string {
 		// read snapshot another process's commit made stale (SQLITE_BUSY_SNAPSHOT).
 		params.Add("_txlock", "immediate")
 	}
-	path := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(config.Path)
-	return "file:" + path + "?" + params.Encode()
+	if config.MustExist {
+		params.Add("mode", "rw") // SQLite's own URI parameter: a file deleted meanwhile is not made again
+	}
+	return fileURI(config.Path) + "?" + params.Encode()
 }
 
-// SetupInfrastructure creates the table and its indexes when they are missing.
+// fileURI is the SQLite URI of the file at path, which is escaped so that '?', '#' and '%' in
+// it mean themselves.
+func fileURI(path string) string {
+	return "file:" + strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(path)
+}
+
+// SetupInfrastructure creates the table and its indexes when they are missing, and adds the key
+// column and its index to a table an older version created, in one transaction.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	if err := sqlstore.Opened(s.c()); err != nil {
 		return err
 	}
-	err := s.writer.do(ctx, func(ctx context.Context, db execer) error {
+	if err := s.createTable(ctx); err != nil {
+		return fmt.Errorf("sqlite: set up table: %w", err)
+	}
+	return nil
+}
+
+// createTable creates the table and its indexes when they are missing, and adds the key column
+// and its index to a table an older version created, in one transaction.
+func (s *Store) createTable(ctx context.Context) error {
+	return s.writer.do(ctx, inOneTransaction(func(ctx context.Context, db execer) error {
 		for _, stmt := range s.q.setup {
 			if _, err := db.ExecContext(ctx, stmt); err != nil {
 				return err
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("sqlite: set up table: %w", err)
-	}
-	return nil
+		rows, err := db.QueryContext(ctx, s.q.hasKey, s.table)
+		if err != nil {
+			return err
+		}
+		var columns int
+		for rows.Next() {
+			if err := rows.Scan(&columns); err != nil {
+				return errors.Join(err, rows.Close())
+			}
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return err
+		}
+		if columns == 0 {
+			if _, err := db.ExecContext(ctx, s.q.addKey); err != nil {
+				return err
+			}
+		}
+		_, err = db.ExecContext(ctx, s.q.keyIndex)
+		return err
+	}))
 }

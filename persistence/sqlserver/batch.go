@@ -55,8 +55,8 @@ func idList(n int) string {
 
 // peekMany reads the timeouts with n ids.
 func (q queries) peekMany(n int) string {
-	return fmt.Sprintf(`SELECT Id, Destination, %s, Owner, State, Headers, RetryCount FROM %s WHERE Id IN (%s)`,
-		toUTC("Time"), q.table, idList(n))
+	return fmt.Sprintf(`SELECT Id, Destination, %s, Owner, State, Headers, RetryCount, %s FROM %s WHERE Id IN (%s)`,
+		toUTC("Time"), readKey, q.table, idList(n))
 }
 
 // removeMany deletes the timeouts with n ids and returns the ids it deleted.

@@ -45,6 +45,11 @@
 //     when its lease runs out.
 //   - Owner nvarchar(250) NOT NULL, empty by default, indexed (Index_Owner), is new: it groups
 //     timeouts for CancelByOwner.
+//   - DedupKey nvarchar(250) NULL (BIN2, as Id), under a filtered unique index (Index_DedupKey,
+//     WHERE DedupKey IS NOT NULL), is new: the deduplication key of Schedule, NULL for none.
+//     SetupInfrastructure adds it to a table an older version created. A table with a filtered
+//     index can be changed only by sessions with ANSI_NULLS and QUOTED_IDENTIFIER ON, the
+//     defaults of go-mssqldb; a login whose user options turn them off fails with error 1934.
 //   - Destination is nvarchar(250), not nvarchar(200), and NOT NULL: a destination as long as
 //     an id fits, and a timeout without one cannot be delivered.
 //   - Id and Owner are COLLATE Latin1_General_100_BIN2: they compare code point by code point
@@ -86,6 +91,14 @@
 // otherwise. Store is idempotent by id: an insert guarded by NOT EXISTS, and a duplicate key
 // (errors 2627, 2601) from two Stores of a new id at once read as "stored already". Counts come
 // from @@ROWCOUNT, so SET NOCOUNT ON in the server's user options changes nothing.
+//
+// # Schedule
+//
+// Schedule and ScheduleTx read the key's holder WITH (UPDLOCK, HOLDLOCK), so that Schedules of
+// one key take turns even while no row holds it, and insert with Store's guard on the key too.
+// In the caller's transaction, a deadlock (1205) is returned for the caller to run its
+// transaction again; a duplicate key is not an error and leaves the transaction usable under
+// XACT_ABORT OFF, the default.
 //
 // Use New to run the store on a *sql.DB of your own opened with the "sqlserver" driver.
 package sqlserver

@@ -9,8 +9,8 @@ import (
 )
 
 // ExampleSetupScript prints the T-SQL that SetupInfrastructure runs for the endpoint "orders",
-// which a DBA can run by hand instead: the seed's table, with datetime2 times and the claim and
-// owner columns, in the default schema dbo.
+// which a DBA can run by hand instead: the seed's table, with datetime2 times and the claim,
+// owner and key columns, in the default schema dbo.
 func ExampleSetupScript() {
 	script, err := sqlserver.SetupScript(sqlserver.Config{Endpoint: "orders"})
 	if err != nil {
@@ -34,7 +34,8 @@ func ExampleSetupScript() {
 	// 		Headers varbinary(max) NOT NULL,
 	// 		RetryCount INT NOT NULL DEFAULT(0),
 	// 		AvailableAt datetime2(7) NOT NULL,
-	// 		Owner nvarchar(250) COLLATE Latin1_General_100_BIN2 NOT NULL DEFAULT(N'')
+	// 		Owner nvarchar(250) COLLATE Latin1_General_100_BIN2 NOT NULL DEFAULT(N''),
+	// 		DedupKey nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL
 	// 	);
 	// END
 	// IF NOT EXISTS (
@@ -57,6 +58,17 @@ func ExampleSetupScript() {
 	// )
 	// BEGIN
 	// 	CREATE INDEX Index_Owner ON [dbo].[orders.timeouts] (Owner);
+	// END
+	// GO
+	// IF COL_LENGTH(N'[dbo].[orders.timeouts]', 'DedupKey') IS NULL
+	// 	ALTER TABLE [dbo].[orders.timeouts] ADD DedupKey nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL;
+	// GO
+	// IF NOT EXISTS (
+	// 	SELECT * FROM sys.indexes
+	// 	WHERE name = 'Index_DedupKey' AND object_id = OBJECT_ID(N'[dbo].[orders.timeouts]')
+	// )
+	// BEGIN
+	// 	CREATE UNIQUE INDEX Index_DedupKey ON [dbo].[orders.timeouts] (DedupKey) WHERE DedupKey IS NOT NULL;
 	// END
 }
 

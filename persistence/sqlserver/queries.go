@@ -3,6 +3,8 @@ package sqlserver
 import (
 	"fmt"
 	"strings"
+
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 )
 
 // queries holds the store's SQL, made once with the schema and table names quoted.
@@ -12,6 +14,8 @@ type queries struct {
 
 	setupSchema           string
 	setupTable            string
+	addKey                string
+	keyIndex              string
 	installed             string
 	lockSetup             string
 	store                 string
@@ -22,8 +26,13 @@ type queries struct {
 	incrementFailureCount string
 	cancelByOwner         string
 	stats                 string
-	list                  string
-	listByOwner           string
+	statsByDestination    string
+	list                  sqlstore.ListSQL
+	exists                string
+	keyHolder             string
+	dropKey               string
+	schedule              string
+	reschedule            string
 }
 
 // Names of the indexes. SQL Server names indexes per table, so they need no prefix.
@@ -31,6 +40,7 @@ const (
 	indexTime        = "Index_Time"
 	indexAvailableAt = "Index_AvailableAt"
 	indexOwner       = "Index_Owner"
+	indexDedupKey    = "Index_DedupKey"
 )
 
 // setupLockResource names the application lock that SetupInfrastructure holds, per database.
@@ -72,7 +82,8 @@ BEGIN
 		Headers varbinary(max) NOT NULL,
 		RetryCount INT NOT NULL DEFAULT(0),
 		AvailableAt datetime2(7) NOT NULL,
-		Owner nvarchar(250) COLLATE Latin1_General_100_BIN2 NOT NULL DEFAULT(N'')
+		Owner nvarchar(250) COLLATE Latin1_General_100_BIN2 NOT NULL DEFAULT(N''),
+		DedupKey nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL
 	);
 END
 IF NOT EXISTS (
@@ -98,8 +109,23 @@ BEGIN
 END
 `, tName, t, indexTime, indexAvailableAt, indexOwner),
 
+		// A table an older version created gets the key column, in a batch of its own so that the
+		// next batch, compiled after it ran, can name the column.
+		addKey: fmt.Sprintf(`IF COL_LENGTH(%s, 'DedupKey') IS NULL
+	ALTER TABLE %s ADD DedupKey nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL;
+`, tName, t),
+		// Filtered: unique among the keys, while any number of rows have none. DML on a table with
+		// a filtered index needs ANSI_NULLS and QUOTED_IDENTIFIER ON, the drivers' defaults.
+		keyIndex: fmt.Sprintf(`IF NOT EXISTS (
+	SELECT * FROM sys.indexes
+	WHERE name = '%[3]s' AND object_id = OBJECT_ID(%[1]s)
+)
+BEGIN
+	CREATE UNIQUE INDEX %[3]s ON %[2]s (DedupKey) WHERE DedupKey IS NOT NULL;
+END
+`, tName, t, indexDedupKey),
 		installed: fmt.Sprintf(`SELECT COUNT(*) FROM sys.indexes
-WHERE object_id = OBJECT_ID(%s, 'U') AND name IN ('%s', '%s', '%s')`, tName, indexTime, indexAvailableAt, indexOwner),
+WHERE object_id = OBJECT_ID(%s, 'U') AND name IN ('%s', '%s', '%s', '%s')`, tName, indexTime, indexAvailableAt, indexOwner, indexDedupKey),
 		// Instances starting together would race between IF NOT EXISTS and CREATE (error 2714):
 		// the first to get the lock creates, the others then find everything there.
 		lockSetup: fmt.Sprintf(`DECLARE @result int;
@@ -128,20 +154,46 @@ SELECT @@ROWCOUNT;`, t, toDateTime2("@due")),
 )
 UPDATE claimable SET AvailableAt = %s
 OUTPUT inserted.Id, %s;`, t, indexAvailableAt, toDateTime2("@now"), toDateTime2("@until"), toUTC("inserted.Time")),
-		peek: fmt.Sprintf(`SELECT Destination, %s, Owner, State, Headers, RetryCount FROM %s WHERE Id = @id`, toUTC("Time"), t),
+		peek: fmt.Sprintf(`SELECT Destination, %s, Owner, State, Headers, RetryCount, %s FROM %s WHERE Id = @id`, toUTC("Time"), readKey, t),
 		delete: fmt.Sprintf(`DELETE FROM %s WHERE Id = @id;
 SELECT @@ROWCOUNT;`, t),
 		incrementFailureCount: fmt.Sprintf(`UPDATE %s SET RetryCount = RetryCount + 1 WHERE Id = @id;
 SELECT @@ROWCOUNT;`, t),
 		cancelByOwner: fmt.Sprintf(`DELETE FROM %s WHERE Owner = @owner;
 SELECT @@ROWCOUNT;`, t),
-		stats: fmt.Sprintf(`SELECT COUNT(*), %s, %s FROM %s`, toUTC("MIN(Time)"), toUTC("MAX(Time)"), t),
-		list: fmt.Sprintf(`SELECT TOP (@limit) Id, Destination, %s, Owner, Headers, RetryCount FROM %s
-ORDER BY Time, Id`, toUTC("Time"), t),
-		listByOwner: fmt.Sprintf(`SELECT TOP (@limit) Id, Destination, %s, Owner, Headers, RetryCount FROM %s
-WHERE Owner = @owner ORDER BY Time, Id`, toUTC("Time"), t),
+		// A row is claimed at now while its AvailableAt is neither its due time nor past.
+		stats: fmt.Sprintf(`SELECT COUNT(*), SUM(CASE WHEN Time <= %[2]s THEN 1 ELSE 0 END),
+	SUM(CASE WHEN AvailableAt <> Time AND AvailableAt > %[2]s THEN 1 ELSE 0 END), %[3]s, %[4]s
+FROM %[1]s`, t, toDateTime2("@now"), toUTC("MIN(Time)"), toUTC("MAX(Time)")),
+		statsByDestination: fmt.Sprintf(`SELECT Destination, COUNT(*) FROM %s GROUP BY Destination`, t),
+		list: sqlstore.ListSQL{
+			From: fmt.Sprintf(`Id, Destination, %s, Owner, Headers, RetryCount, %s FROM %s`, toUTC("Time"), readKey, t),
+			ID:   "Id", Due: "Time", Owner: "Owner", Destination: "Destination", Key: "DedupKey",
+			Top: true, TimeParam: toDateTime2,
+		},
+		exists: fmt.Sprintf(`SELECT 1 FROM %s WHERE Id = @id`, t),
+		// HOLDLOCK: when no row holds the key, the range where it would be stays locked, so that
+		// Schedules of one key take turns.
+		keyHolder: fmt.Sprintf(`SELECT Id, %s, %s FROM %s WITH (UPDLOCK, HOLDLOCK, ROWLOCK)
+WHERE DedupKey = @key AND DedupKey IS NOT NULL`, toUTC("Time"), toUTC("AvailableAt"), t),
+		dropKey: fmt.Sprintf(`UPDATE %s SET DedupKey = NULL WHERE Id = @id;
+SELECT @@ROWCOUNT;`, t),
+		// Store's guarded insert, guarded on the key too: a taken id or key inserts nothing. Two
+		// at once that both pass the guard meet the primary key or the unique index, whose error
+		// (which leaves the transaction usable under XACT_ABORT OFF) means the same.
+		schedule: fmt.Sprintf(`INSERT INTO %[1]s (Id, Destination, State, Time, Headers, RetryCount, AvailableAt, Owner, DedupKey)
+SELECT @id, @destination, @state, %[2]s, @headers, @failureCount, %[2]s, @owner, @key
+WHERE NOT EXISTS (SELECT 1 FROM %[1]s WHERE Id = @id)
+	AND NOT EXISTS (SELECT 1 FROM %[1]s WHERE DedupKey = @key AND DedupKey IS NOT NULL);
+SELECT @@ROWCOUNT;`, t, toDateTime2("@due")),
+		reschedule: fmt.Sprintf(`UPDATE %s SET Time = %s, AvailableAt = %s
+WHERE Id = @id AND (AvailableAt = Time OR AvailableAt <= %s);
+SELECT @@ROWCOUNT;`, t, toDateTime2("@due"), toDateTime2("@due"), toDateTime2("@now")),
 	}
 }
+
+// readKey reads the key column, empty for none.
+const readKey = "COALESCE(DedupKey, N'')"
 
 // Times travel as datetimeoffset at +00:00, which go-mssqldb writes and reads as instants: a
 // datetime2 it would write and read as a wall clock in the DSN's timezone, and in a zone with
@@ -162,7 +214,7 @@ func toUTC(expr string) string {
 
 // setupBatches are the batches SetupInfrastructure runs, in order.
 func (q queries) setupBatches() []string {
-	return []string{q.setupSchema, q.setupTable}
+	return []string{q.setupSchema, q.setupTable, q.addKey, q.keyIndex}
 }
 
 // SetupScript returns the T-SQL that SetupInfrastructure runs for config: it creates the schema,

@@ -84,9 +84,17 @@ func TestStatementsParse(t *testing.T) {
 		"delete":                {"id"},
 		"incrementFailureCount": {"id"},
 		"cancelByOwner":         {"owner"},
-		"stats":                 nil,
+		"addKey":                nil,
+		"keyIndex":              nil,
+		"stats":                 {"now"},
+		"statsByDestination":    nil,
+		"exists":                {"id"},
+		"keyHolder":             {"key"},
+		"dropKey":               {"id"},
+		"schedule":              {"destination", "due", "failureCount", "headers", "id", "key", "owner", "state"},
+		"reschedule":            {"due", "id", "now"},
 		"list":                  {"limit"},
-		"listByOwner":           {"limit", "owner"},
+		"listFiltered":          {"afterDue", "afterID", "destination", "dueBefore", "dueFrom", "key", "limit", "owner"},
 		"storeMany(2)": {"destination0", "destination1", "due0", "due1", "failureCount0", "failureCount1",
 			"headers0", "headers1", "id0", "id1", "owner0", "owner1", "state0", "state1"},
 		"peekMany(2)":    {"id0", "id1"},
@@ -174,13 +182,18 @@ func TestSchema(t *testing.T) {
 		order = append(order, c.name)
 		require.False(t, reservedKeywords()[strings.ToUpper(c.name)], "column %s is a reserved keyword", c.name)
 	}
-	// The seed's six columns first, in its order, then the two timeoutmill adds.
-	require.Equal(t, []string{"Id", "Destination", "State", "Time", "Headers", "RetryCount", "AvailableAt", "Owner"}, order)
+	// The seed's six columns first, in its order, then the three timeoutmill adds.
+	require.Equal(t, []string{"Id", "Destination", "State", "Time", "Headers", "RetryCount", "AvailableAt", "Owner", "DedupKey"}, order)
 
 	require.Equal(t, "nvarchar ( 250 ) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY", got["Id"])
 	require.Equal(t, 250, persistence.MaxIDLength, "Id is nvarchar(250): a 250-byte UTF-8 id is at most 250 UTF-16 code units")
 	require.Equal(t, "nvarchar ( 250 ) NOT NULL", got["Destination"])
 	require.Equal(t, "nvarchar ( 250 ) COLLATE Latin1_General_100_BIN2 NOT NULL DEFAULT ( N'' )", got["Owner"])
+	// A key as long as an id, NULL for none; a table an older version made gets the same column.
+	require.Equal(t, "nvarchar ( 250 ) COLLATE Latin1_General_100_BIN2 NULL", got["DedupKey"])
+	require.Contains(t, q.addKey, "ADD DedupKey nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL;")
+	require.Contains(t, q.keyIndex, "CREATE UNIQUE INDEX "+indexDedupKey+" ON [dbo].[orders.timeouts] (DedupKey) WHERE DedupKey IS NOT NULL;")
+	require.Contains(t, q.installed, "'"+indexDedupKey+"'")
 	require.Equal(t, 250, maxStringLength)
 	require.Equal(t, "varbinary ( max )", got["State"])
 	require.Equal(t, "varbinary ( max ) NOT NULL", got["Headers"])
@@ -210,17 +223,27 @@ func TestResultColumns(t *testing.T) {
 		"store":                 {"@@ROWCOUNT"},
 		"next":                  {"TODATETIMEOFFSET(MIN(AvailableAt),0)"},
 		"claim":                 {"inserted.Id", "TODATETIMEOFFSET(inserted.Time,0)"},
-		"peek":                  {"Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "State", "Headers", "RetryCount"},
+		"peek":                  {"Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "State", "Headers", "RetryCount", "COALESCE(DedupKey,N'')"},
 		"delete":                {"@@ROWCOUNT"},
 		"incrementFailureCount": {"@@ROWCOUNT"},
 		"cancelByOwner":         {"@@ROWCOUNT"},
-		"stats":                 {"COUNT(*)", "TODATETIMEOFFSET(MIN(Time),0)", "TODATETIMEOFFSET(MAX(Time),0)"},
-		"list":                  {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "Headers", "RetryCount"},
-		"listByOwner":           {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "Headers", "RetryCount"},
-		"storeMany(2)":          {"inserted.Id"},
-		"peekMany(2)":           {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "State", "Headers", "RetryCount"},
-		"removeMany(2)":         {"deleted.Id"},
-		"releaseMany(2)":        {"@@ROWCOUNT"},
+		"addKey":                nil,
+		"keyIndex":              nil,
+		"stats": {"COUNT(*)", "SUM(CASEWHENTime<=CAST(@nowASdatetime2(7))THEN1ELSE0END)",
+			"SUM(CASEWHENAvailableAt<>TimeANDAvailableAt>CAST(@nowASdatetime2(7))THEN1ELSE0END)",
+			"TODATETIMEOFFSET(MIN(Time),0)", "TODATETIMEOFFSET(MAX(Time),0)"},
+		"statsByDestination": {"Destination", "COUNT(*)"},
+		"exists":             {"1"},
+		"keyHolder":          {"Id", "TODATETIMEOFFSET(Time,0)", "TODATETIMEOFFSET(AvailableAt,0)"},
+		"dropKey":            {"@@ROWCOUNT"},
+		"schedule":           {"@@ROWCOUNT"},
+		"reschedule":         {"@@ROWCOUNT"},
+		"list":               {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "Headers", "RetryCount", "COALESCE(DedupKey,N'')"},
+		"listFiltered":       {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "Headers", "RetryCount", "COALESCE(DedupKey,N'')"},
+		"storeMany(2)":       {"inserted.Id"},
+		"peekMany(2)":        {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "State", "Headers", "RetryCount", "COALESCE(DedupKey,N'')"},
+		"removeMany(2)":      {"deleted.Id"},
+		"releaseMany(2)":     {"@@ROWCOUNT"},
 	}
 	for _, st := range statements(q) {
 		got, err := resultColumns(st.sql)

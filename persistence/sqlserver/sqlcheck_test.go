@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
+	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
 // What the statements may contain, for checks that a typo cannot hide: every word must be a
@@ -12,9 +16,10 @@ import (
 // keywords are compared case-insensitively, as SQL Server compares keywords and function names.
 func keywords() map[string]bool {
 	return wordSet(`
-	AND AS BEGIN BY CAST COLLATE COUNT CREATE DECLARE DEFAULT DELETE END EXEC EXISTS FROM IF IN INDEX
-	INSERT INTO IS KEY MAX MIN NOT NULL OBJECT_ID ON ORDER OUTPUT PRIMARY READPAST ROWLOCK SCHEMA
-	SCHEMA_ID SELECT SET TABLE RAISERROR TODATETIMEOFFSET TOP UPDATE UPDLOCK VALUES WHERE WITH
+	ADD ALTER AND AS BEGIN BY CASE CAST COALESCE COLLATE COL_LENGTH COUNT CREATE DECLARE DEFAULT DELETE
+	ELSE END EXEC EXISTS FROM GROUP HOLDLOCK IF IN INDEX INSERT INTO IS KEY MAX MIN NOT NULL OBJECT_ID
+	ON OR ORDER OUTPUT PRIMARY READPAST ROWLOCK SCHEMA SCHEMA_ID SELECT SET SUM TABLE THEN RAISERROR
+	TODATETIMEOFFSET TOP UNIQUE UPDATE UPDLOCK VALUES WHEN WHERE WITH
 	INT datetime2 datetimeoffset nvarchar varbinary
 	Latin1_General_100_BIN2`)
 }
@@ -78,15 +83,39 @@ func statements(q queries) []namedSQL {
 		{"delete", q.delete},
 		{"incrementFailureCount", q.incrementFailureCount},
 		{"cancelByOwner", q.cancelByOwner},
+		{"addKey", q.addKey},
+		{"keyIndex", q.keyIndex},
 		{"stats", q.stats},
-		{"list", q.list},
-		{"listByOwner", q.listByOwner},
+		{"statsByDestination", q.statsByDestination},
+		{"exists", q.exists},
+		{"keyHolder", q.keyHolder},
+		{"dropKey", q.dropKey},
+		{"schedule", q.schedule},
+		{"reschedule", q.reschedule},
+		// List's statement is made for the filters set; checked without any and with all.
+		{"list", listStatement(q, persistence.ListOptions{})},
+		{"listFiltered", listStatement(q, allFilters())},
 		// The batch statements are made for each number of rows or ids; checked for two.
 		{"storeMany(2)", q.storeMany(2)},
 		{"peekMany(2)", q.peekMany(2)},
 		{"removeMany(2)", q.removeMany(2)},
 		{"releaseMany(2)", q.releaseMany(2)},
 	}
+}
+
+// allFilters sets every filter of List.
+func allFilters() persistence.ListOptions {
+	at := time.Date(2030, 1, 2, 3, 4, 5, 6000, time.UTC)
+	return persistence.ListOptions{
+		Limit: 7, Owner: "o", Destination: "orders", Key: "k", DueFrom: at, DueBefore: at.Add(time.Hour),
+		After: persistence.Position{Due: at, ID: "a"},
+	}
+}
+
+// listStatement is the statement List runs with opts.
+func listStatement(q queries, opts persistence.ListOptions) string {
+	query, _ := sqlstore.ListStatement(sqlstore.New((&Store{q: q}).dialect()), opts)
+	return query
 }
 
 // column is a column of the table, as the setup script creates it.
@@ -165,7 +194,7 @@ func checkStatement(sql, schema, table string, columns []string) ([]string, erro
 	if err != nil {
 		return nil, err
 	}
-	exact := slices.Concat(columns, catalogNames(), localNames(), []string{indexTime, indexAvailableAt, indexOwner})
+	exact := slices.Concat(columns, catalogNames(), localNames(), []string{indexTime, indexAvailableAt, indexOwner, indexDedupKey})
 	keywords := keywords()
 	var (
 		depth    int

@@ -70,9 +70,19 @@ func New(db *sql.DB, config Config) (*Store, error) {
 
 func newStore(db *sql.DB, ownsDB bool, config Config) *Store {
 	s := &Store{db: db, q: newQueries(config.Schema, config.Table)}
-	d := sqlstore.Dialect{
+	d := s.dialect()
+	if ownsDB {
+		d.Close = db.Close
+	}
+	s.core = sqlstore.New(d)
+	return s
+}
+
+// dialect is how the core runs the store on s.db.
+func (s *Store) dialect() sqlstore.Dialect {
+	return sqlstore.Dialect{
 		Name: "sqlserver",
-		DB:   db,
+		DB:   s.db,
 		Queries: sqlstore.Queries{
 			Store:                 s.q.store,
 			Next:                  s.q.next,
@@ -82,8 +92,13 @@ func newStore(db *sql.DB, ownsDB bool, config Config) *Store {
 			IncrementFailureCount: s.q.incrementFailureCount,
 			CancelByOwner:         s.q.cancelByOwner,
 			Stats:                 s.q.stats,
+			StatsByDestination:    s.q.statsByDestination,
 			List:                  s.q.list,
-			ListByOwner:           s.q.listByOwner,
+			Exists:                s.q.exists,
+			KeyHolder:             s.q.keyHolder,
+			DropKey:               s.q.dropKey,
+			Schedule:              s.q.schedule,
+			Reschedule:            s.q.reschedule,
 			PeekIn:                s.q.peekMany,
 			RemoveIn:              s.q.removeMany,
 			ReleaseIn:             s.q.releaseMany,
@@ -104,11 +119,6 @@ func newStore(db *sql.DB, ownsDB bool, config Config) *Store {
 		StoreRows:    s.storeRows,
 		MaxStoreRows: maxStoreRows,
 	}
-	if ownsDB {
-		d.Close = db.Close
-	}
-	s.core = sqlstore.New(d)
-	return s
 }
 
 // c is the store's core: for a store that Open or New did not make, one whose calls all fail.
@@ -120,7 +130,8 @@ func (s *Store) c() *sqlstore.Store {
 }
 
 // SetupInfrastructure creates the schema, the table and its indexes when they are missing (the
-// script SetupScript returns). When all exist it changes nothing and needs no right to create
+// script SetupScript returns), and adds the key column and its index to a table an older
+// version created. When all exist it changes nothing and needs no right to create
 // them.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	if err := sqlstore.Opened(s.c()); err != nil {
@@ -130,7 +141,7 @@ func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	if err := s.db.QueryRowContext(ctx, s.q.installed).Scan(&indexes); err != nil {
 		return fmt.Errorf("sqlserver: set up %s: %w", s.q.table, err)
 	}
-	if indexes == 3 {
+	if indexes == 4 {
 		return nil
 	}
 	if err := s.install(ctx); err != nil {
@@ -162,7 +173,7 @@ const maxStringLength = 250
 
 // validateTimeout checks what the columns require beyond what every store requires.
 func validateTimeout(t persistence.Timeout) error {
-	for _, f := range []struct{ name, value string }{{"id", t.ID}, {"destination", t.Destination}, {"owner", t.Owner}} {
+	for _, f := range []struct{ name, value string }{{"id", t.ID}, {"destination", t.Destination}, {"owner", t.Owner}, {"key", t.Key}} {
 		switch {
 		case !utf8.ValidString(f.value):
 			return fmt.Errorf("%w: %s %q is not valid UTF-8, which nvarchar cannot keep", persistence.ErrInvalidTimeout, f.name, f.value)

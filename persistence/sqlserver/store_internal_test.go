@@ -26,23 +26,27 @@ func fakeAnswer(q queries, due time.Time) func(c call) answer {
 	return func(c call) answer {
 		switch c.query {
 		case q.installed:
-			return rowsOf([]driver.Value{int64(3)})
-		case q.store, q.delete, q.incrementFailureCount, q.cancelByOwner, q.releaseMany(2):
+			return rowsOf([]driver.Value{int64(4)})
+		case q.store, q.delete, q.incrementFailureCount, q.cancelByOwner, q.releaseMany(2), q.dropKey, q.schedule, q.reschedule:
 			return rowsOf([]driver.Value{int64(1)})
+		case q.keyHolder: // a claimed holder, which gives its key up
+			return rowsOf([]driver.Value{"h", due, due.Add(time.Hour)})
+		case q.statsByDestination:
+			return rowsOf([]driver.Value{"orders", int64(1)})
 		case q.next:
 			return rowsOf([]driver.Value{due})
 		case q.claim:
 			return rowsOf([]driver.Value{"a", due})
 		case q.peek:
-			return rowsOf([]driver.Value{"orders", due, "", []byte("p"), persistence.EncodeMetadata(nil), int64(0)})
+			return rowsOf([]driver.Value{"orders", due, "", []byte("p"), persistence.EncodeMetadata(nil), int64(0), ""})
 		case q.stats:
-			return rowsOf([]driver.Value{int64(1), due, due})
-		case q.list, q.listByOwner:
-			return rowsOf([]driver.Value{"a", "orders", due, "o", persistence.EncodeMetadata(nil), int64(0)})
+			return rowsOf([]driver.Value{int64(1), int64(1), nil, due, due})
+		case listStatement(q, persistence.ListOptions{}), listStatement(q, allFilters()):
+			return rowsOf([]driver.Value{"a", "orders", due, "o", persistence.EncodeMetadata(nil), int64(0), "k"})
 		case q.storeMany(2), q.removeMany(2):
 			return rowsOf([]driver.Value{"a"}, []driver.Value{"b"})
 		case q.peekMany(2):
-			return rowsOf([]driver.Value{"a", "orders", due, "o", []byte("p"), persistence.EncodeMetadata(nil), int64(0)})
+			return rowsOf([]driver.Value{"a", "orders", due, "o", []byte("p"), persistence.EncodeMetadata(nil), int64(0), ""})
 		}
 		return answer{}
 	}
@@ -68,12 +72,23 @@ func exercise(t *testing.T, store *Store, due time.Time) {
 	require.NoError(t, err)
 	_, err = store.CancelByOwner(ctx, "o")
 	require.NoError(t, err)
-	_, err = store.Stats(ctx)
+	_, err = store.Stats(ctx, due)
 	require.NoError(t, err)
 	_, err = store.List(ctx, persistence.ListOptions{})
 	require.NoError(t, err)
-	_, err = store.List(ctx, persistence.ListOptions{Owner: "o"})
+	_, err = store.List(ctx, allFilters())
 	require.NoError(t, err)
+	keyed := persistence.Timeout{ID: "k", Destination: "orders", Due: due, Key: "key"}
+	_, err = store.Schedule(ctx, keyed, due, persistence.KeyReplace)
+	require.NoError(t, err)
+	_, err = store.Reschedule(ctx, "a", due, due)
+	require.NoError(t, err)
+	tx, err := store.db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	keyed.ID = "k-tx"
+	_, err = store.ScheduleTx(ctx, tx, keyed, due, persistence.KeyKeep)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
 	_, err = store.StoreMany(ctx, []persistence.Timeout{
 		{ID: "a", Destination: "orders", Due: due, Owner: "o", Payload: []byte("p")},
 		{ID: "b", Destination: "orders", Due: due},
@@ -305,11 +320,11 @@ func TestPeek(t *testing.T) {
 	store, _ := newFakeStore(t, Config{Endpoint: ordersEndpoint}, func(c call) answer {
 		switch c.args["id"] {
 		case "a":
-			return rowsOf([]driver.Value{"orders", time.Date(2030, 1, 1, 12, 0, 0, 1000, zone), "o", []byte("p"), persistence.EncodeMetadata(md), int64(4)})
+			return rowsOf([]driver.Value{"orders", time.Date(2030, 1, 1, 12, 0, 0, 1000, zone), "o", []byte("p"), persistence.EncodeMetadata(md), int64(4), "k"})
 		case "null-state":
-			return rowsOf([]driver.Value{"orders", time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC), "", nil, persistence.EncodeMetadata(nil), int64(0)})
+			return rowsOf([]driver.Value{"orders", time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC), "", nil, persistence.EncodeMetadata(nil), int64(0), ""})
 		case "corrupt":
-			return rowsOf([]driver.Value{"orders", time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC), "", nil, []byte{9, 9}, int64(0)})
+			return rowsOf([]driver.Value{"orders", time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC), "", nil, []byte{9, 9}, int64(0), ""})
 		}
 		return answer{}
 	})
@@ -317,7 +332,7 @@ func TestPeek(t *testing.T) {
 	got, err := store.Peek(ctx, "a")
 	require.NoError(t, err)
 	require.Equal(t, persistence.Timeout{
-		ID: "a", Destination: "orders", Owner: "o", Payload: []byte("p"), Metadata: md, FailureCount: 4,
+		ID: "a", Destination: "orders", Owner: "o", Payload: []byte("p"), Metadata: md, FailureCount: 4, Key: "k",
 		Due: time.Date(2030, 1, 1, 15, 0, 0, 1000, time.UTC),
 	}, got, "the instant read, in UTC")
 
@@ -344,9 +359,11 @@ func TestNextAndStats(t *testing.T) {
 		case c.query == q.next:
 			return rowsOf([]driver.Value{time.Date(2030, 1, 1, 9, 0, 0, 0, tokyo)})
 		case c.query == q.stats && empty:
-			return rowsOf([]driver.Value{int64(0), nil, nil})
+			return rowsOf([]driver.Value{int64(0), nil, nil, nil, nil})
 		case c.query == q.stats:
-			return rowsOf([]driver.Value{int64(2), time.Date(2030, 1, 1, 9, 0, 0, 0, tokyo), time.Date(2031, 1, 1, 9, 0, 0, 0, tokyo)})
+			return rowsOf([]driver.Value{int64(2), int64(1), int64(0), time.Date(2030, 1, 1, 9, 0, 0, 0, tokyo), time.Date(2031, 1, 1, 9, 0, 0, 0, tokyo)})
+		case c.query == q.statsByDestination && !empty:
+			return rowsOf([]driver.Value{"orders", int64(2)})
 		}
 		return answer{}
 	})
@@ -354,21 +371,24 @@ func TestNextAndStats(t *testing.T) {
 	_, ok, err := store.Next(ctx)
 	require.NoError(t, err)
 	require.False(t, ok, "MIN of no rows is NULL: nothing stored")
-	stats, err := store.Stats(ctx)
+	now := time.Date(2030, 6, 1, 0, 0, 0, 0, time.UTC)
+	stats, err := store.Stats(ctx, now)
 	require.NoError(t, err)
-	require.Equal(t, persistence.Stats{}, stats)
+	require.Equal(t, persistence.Stats{ByDestination: map[string]int{}}, stats, "SUM of no rows is NULL: none")
 
 	empty = false
 	next, ok, err := store.Next(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), next)
-	stats, err = store.Stats(ctx)
+	stats, err = store.Stats(ctx, now)
 	require.NoError(t, err)
 	require.Equal(t, persistence.Stats{
-		Pending:  2,
-		Earliest: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC),
-		Latest:   time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC),
+		Pending:       2,
+		DueNow:        1,
+		Earliest:      time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC),
+		Latest:        time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC),
+		ByDestination: map[string]int{"orders": 2},
 	}, stats)
 }
 
@@ -440,14 +460,21 @@ func TestList(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Empty(t, list[0].Payload)
-	_, err = store.List(ctx, persistence.ListOptions{Owner: "o", Limit: 7})
+	require.Equal(t, "k", list[0].Key)
+	filters := allFilters()
+	_, err = store.List(ctx, filters)
 	require.NoError(t, err)
 	calls := fake.recorded()
-	require.Equal(t, q.list, calls[0].query)
+	require.Equal(t, listStatement(q, persistence.ListOptions{}), calls[0].query)
 	require.Equal(t, int64(100), calls[0].args["limit"], "ListOptions' default limit")
-	require.Equal(t, q.listByOwner, calls[1].query)
-	require.Equal(t, int64(7), calls[1].args["limit"])
-	require.Equal(t, "o", calls[1].args["owner"])
+	require.Equal(t, listStatement(q, filters), calls[1].query)
+	require.Equal(t, map[string]any{
+		"limit": int64(7), "owner": "o", "destination": "orders", "key": "k",
+		"dueFrom": filters.DueFrom, "dueBefore": filters.DueBefore, "afterDue": filters.After.Due, "afterID": "a",
+	}, calls[1].args, "each filter bound once, times in UTC")
+	require.Contains(t, calls[1].query, "Time >= CAST(@afterDue AS datetime2(7)) AND (Time > CAST(@afterDue AS datetime2(7)) OR Time = CAST(@afterDue AS datetime2(7)) AND Id > @afterID)",
+		"the keyset after the cursor, in List's order")
+	require.True(t, strings.HasPrefix(calls[1].query, "SELECT TOP (@limit) "))
 }
 
 // TestSetupInfrastructureLooksThenLocks: when the table and its three indexes are there it only
@@ -468,19 +495,19 @@ func TestSetupInfrastructureLooksThenLocks(t *testing.T) {
 	})
 	ctx := t.Context()
 
-	indexes = 3
+	indexes = 4
 	require.NoError(t, store.SetupInfrastructure(ctx))
 	require.Len(t, fake.recorded(), 1, "only the look")
 	require.Empty(t, fake.txEvents)
 
-	indexes = 2
+	indexes = 3 // a table an older version created: no key index
 	require.NoError(t, store.SetupInfrastructure(ctx))
 	var sent []string
 	for _, c := range fake.recorded()[2:] { // after the two looks
 		require.True(t, c.inTx, "in the transaction:\n%s", c.query)
 		sent = append(sent, c.query)
 	}
-	require.Equal(t, []string{q.lockSetup, q.setupSchema, q.setupTable}, sent, "lock, then the script's batches")
+	require.Equal(t, []string{q.lockSetup, q.setupSchema, q.setupTable, q.addKey, q.keyIndex}, sent, "lock, then the script's batches")
 	require.Equal(t, []string{"begin", "commit"}, fake.txEvents)
 
 	failOn = q.setupTable
@@ -503,7 +530,9 @@ func TestErrorsNameTheOperation(t *testing.T) {
 	_, checks[`sqlserver: cancel "a": `] = store.Cancel(ctx, "a")
 	_, checks[`sqlserver: increment failure count of "a": `] = store.IncrementFailureCount(ctx, "a")
 	_, checks[`sqlserver: cancel timeouts of "o": `] = store.CancelByOwner(ctx, "o")
-	_, checks["sqlserver: stats: "] = store.Stats(ctx)
+	_, checks["sqlserver: stats: "] = store.Stats(ctx, time.Now())
+	_, checks[`sqlserver: schedule "a": `] = store.Schedule(ctx, persistence.Timeout{ID: "a", Destination: "d", Due: time.Now(), Key: "k"}, time.Now(), persistence.KeyKeep)
+	_, checks[`sqlserver: reschedule "a": `] = store.Reschedule(ctx, "a", time.Now(), time.Now())
 	_, checks["sqlserver: list: "] = store.List(ctx, persistence.ListOptions{})
 	checks["sqlserver: set up [dbo].[orders.timeouts]: "] = store.SetupInfrastructure(ctx)
 	for prefix, err := range checks {

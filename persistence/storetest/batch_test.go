@@ -13,9 +13,12 @@ import (
 type sqlStore interface {
 	persistence.Store
 	persistence.Installer
+	persistence.SetupChecker
 	persistence.BatchStore
 	persistence.Releaser
 	persistence.Inspector
+	persistence.Scheduler
+	persistence.TxScheduler
 }
 
 // The backends implement the optional interfaces they document, so that the suite runs their
@@ -32,4 +35,5 @@ var (
 	_ persistence.Handover   = (*memory.Store)(nil)
 	_ persistence.BatchStore = (*memory.Store)(nil)
 	_ persistence.Inspector  = (*memory.Store)(nil)
+	_ persistence.Scheduler  = (*memory.Store)(nil)
 )

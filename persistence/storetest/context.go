@@ -54,7 +54,7 @@ func (s suite) testCancelledContext(t *testing.T) {
 	}
 	if inspector, ok := store.(persistence.Inspector); ok {
 		calls["Stats"] = func(ctx context.Context) error {
-			_, err := inspector.Stats(ctx)
+			_, err := inspector.Stats(ctx, time.Now())
 			return err
 		}
 		calls["List"] = func(ctx context.Context) error {

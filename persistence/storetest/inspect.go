@@ -18,7 +18,7 @@ func (s suite) testInspector(t *testing.T) {
 	}
 	now := base()
 
-	stats, err := inspector.Stats(ctx)
+	stats, err := inspector.Stats(ctx, now)
 	require.NoError(t, err)
 	require.Zero(t, stats.Pending, "Stats of an empty store: Pending")
 	require.True(t, stats.Earliest.IsZero(), "Stats of an empty store: Earliest %s", stats.Earliest)
@@ -46,7 +46,7 @@ func (s suite) testInspector(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"m1"}, ids)
 
-	stats, err = inspector.Stats(ctx)
+	stats, err = inspector.Stats(ctx, now)
 	require.NoError(t, err)
 	require.Equal(t, 5, stats.Pending)
 	require.True(t, now.Add(time.Minute).Equal(stats.Earliest), "Earliest: got %s", stats.Earliest)
@@ -84,7 +84,7 @@ func (s suite) testInspector(t *testing.T) {
 	list, err = inspector.List(ctx, persistence.ListOptions{})
 	require.NoError(t, err)
 	require.Len(t, list, 100, "List's default limit")
-	stats, err = inspector.Stats(ctx)
+	stats, err = inspector.Stats(ctx, now)
 	require.NoError(t, err)
 	require.Equal(t, 105, stats.Pending)
 }

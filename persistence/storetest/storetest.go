@@ -60,6 +60,12 @@ func Run(t *testing.T, newStore func(t *testing.T) persistence.Store) {
 		{"Inspector", s.testInspector},
 		{"Handover", s.testHandover},
 		{"Batch", s.testBatch},
+		{"Schedule", s.testSchedule},
+		{"ScheduleKeys", s.testScheduleKeys},
+		{"ScheduleKeyRace", s.testScheduleKeyRace},
+		{"Reschedule", s.testReschedule},
+		{"ListFilters", s.testListFilters},
+		{"StatsAtNow", s.testStatsAtNow},
 		{"CancelledContext", s.testCancelledContext},
 	}
 	for _, tt := range tests {

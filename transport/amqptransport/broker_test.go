@@ -64,7 +64,7 @@ func (b *testBundle) queue(suffix string) string { return b.name + "." + suffix 
 // queues lists this test's queues on the broker (each test's names share its prefix).
 func (b *testBundle) queues(t *testing.T) []string {
 	var names []string
-	for _, q := range []string{"a", "b", "existing", "pipe", "E.Timeouts", "E.TimeoutsDispatcher", "error", "converted", "competing", "reconnect", "rate", "many"} {
+	for _, q := range []string{"a", "b", "existing", "pipe", "E.Timeouts", "E.TimeoutsDispatcher", "error", "converted", "competing", "reconnect", "rate", "many", "exclusive"} {
 		if b.exists(t, b.queue(q)) {
 			names = append(names, b.queue(q))
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 	"github.com/timeoutmill/timeoutmill/internal/amqpmarshal"
+	"github.com/timeoutmill/timeoutmill/internal/exclusive"
 )
 
 // consumer is a subscription: one AMQP channel whose deliveries are handed out without waiting
@@ -35,6 +36,21 @@ type consumer struct {
 	logger       watermill.LoggerAdapter
 	closing      <-chan struct{}
 	out          chan *message.Message
+	// exclusive consumes as the queue's only consumer (internal/exclusive); the broker refuses
+	// it while the queue has another consumer, and any other consumer while it lasts.
+	exclusive bool
+	// started receives the outcome of the first attempt to consume, nil once consuming, when
+	// it is not nil; Subscribe waits for it on an exclusive subscription.
+	started     chan error
+	startedOnce sync.Once
+}
+
+// report passes the outcome of the first attempt to consume to whoever waits for it.
+func (c *consumer) report(err error) {
+	if c.started == nil {
+		return
+	}
+	c.startedOnce.Do(func() { c.started <- err })
 }
 
 // run consumes until ctx is done or the Subscriber closes, consuming again after every failure
@@ -45,6 +61,9 @@ func (c *consumer) run(ctx context.Context) {
 	wait := 100 * time.Millisecond
 	for {
 		started, err := c.session(ctx)
+		if !started {
+			c.report(err)
+		}
 		if c.stopping(ctx) {
 			return
 		}
@@ -100,10 +119,16 @@ func (c *consumer) session(ctx context.Context) (started bool, err error) {
 	}
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	tag := "timeoutmill-" + watermill.NewShortUUID()
-	deliveries, err := ch.Consume(c.queue, tag, false, false, false, false, nil)
+	deliveries, err := ch.Consume(c.queue, tag, false, c.exclusive, false, false, nil)
 	if err != nil {
+		var refused *amqp.Error
+		if c.exclusive && errors.As(err, &refused) && refused.Code == amqp.AccessRefused {
+			return false, fmt.Errorf("%w: %q has another consumer, and a deferred queue is never shared (RabbitMQ: %s)",
+				exclusive.ErrInUse, c.queue, refused.Reason)
+		}
 		return false, fmt.Errorf("consuming %q: %w", c.queue, err)
 	}
+	c.report(nil)
 	c.logger.Info("Consuming", watermill.LogFields{"amqp_queue_name": c.queue, "handlers": c.handlers, "prefetch": c.prefetch})
 
 	acks := newAcker(ch)

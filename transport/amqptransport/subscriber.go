@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
+	"github.com/timeoutmill/timeoutmill/internal/exclusive"
 )
 
 // ErrSubscriberClosed is returned by Subscribe on a closed Subscriber.
@@ -79,6 +80,10 @@ func New(config Config, logger watermill.LoggerAdapter) (*Publisher, *Subscriber
 // channel closes when consuming has stopped. A subscription is one channel (see consumer) that
 // hands out up to Config.Consumers messages at once; with Consumers 1, one message at a time, each
 // once the previous one was settled, in queue order.
+//
+// recoverability's deferred queues are consumed exclusively (internal/exclusive): Subscribe then
+// waits until it consumes, and fails with recoverability.ErrDeferredQueueInUse while another
+// consumer, in any process, holds the queue.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := validateTopic(topic); err != nil {
 		return nil, err
@@ -100,11 +105,29 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if err != nil {
 		return nil, fmt.Errorf("amqptransport: subscribing to %q: %w", topic, err)
 	}
+	if exclusive.Requested(ctx) {
+		c.exclusive, c.started = true, make(chan error, 1)
+	}
+	ctx, stop := context.WithCancel(ctx)
 	s.running.Add(1)
 	go func() {
 		defer s.running.Done()
+		defer stop()
 		c.run(ctx)
 	}()
+	if c.started != nil {
+		select {
+		case err = <-c.started:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-s.closing:
+			err = ErrSubscriberClosed
+		}
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("amqptransport: subscribing to %q: %w", topic, err)
+		}
+	}
 	return c.out, nil
 }
 

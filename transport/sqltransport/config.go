@@ -55,8 +55,9 @@ type Config struct {
 
 	// DB, when set, is used instead of opening DSN: a pool opened with the "pgx" or the "mysql"
 	// driver. Close leaves it open. Every consumer holds one of its connections while it hands
-	// out a batch, so the pool must have room for Consumers connections per subscribed topic
-	// besides what the handlers of those messages use on it.
+	// out a batch, so the pool must have room for Consumers connections per subscribed topic,
+	// and one more per recoverability deferred queue (which holds a lock on it), besides what the
+	// handlers of those messages use on it.
 	DB *sql.DB
 
 	// Schema is the PostgreSQL schema of the queue tables. Defaults to none: the tables are
@@ -110,7 +111,9 @@ type Config struct {
 
 	// MaxOpenConns bounds the Publisher's pool when it is opened from DSN. Defaults to 10. The
 	// Subscriber's pool is not bounded: it holds one connection for each consumer of each
-	// subscribed topic while that consumer looks or hands out a batch, and no more.
+	// subscribed topic while that consumer looks or hands out a batch, and one for each
+	// recoverability deferred queue it consumes (holding the lock that keeps the queue to one
+	// consumer), and no more.
 	MaxOpenConns int
 
 	// SkipSchemaInitialization leaves the queue tables to the operator. Defaults to false: a

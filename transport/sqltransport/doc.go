@@ -107,6 +107,7 @@
 // # Connections
 //
 // New opens two pools: the Publisher's (Config.MaxOpenConns) and the Subscriber's, which holds
-// one connection per running consumer and no more. They are separate so that consumers holding
-// connections while handlers run can never leave a handler without one.
+// one connection per running consumer and no more, plus one per recoverability deferred queue it
+// consumes, which holds the lock that keeps the queue to one consumer. They are separate so that
+// consumers holding connections while handlers run can never leave a handler without one.
 package sqltransport

@@ -11,6 +11,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/timeoutmill/timeoutmill/internal/exclusive"
 )
 
 // Subscriber consumes topics as queues: every message goes to one consumer, however many
@@ -93,6 +95,11 @@ func newSubscriber(ctx context.Context, config Config, logger watermill.LoggerAd
 // Subscribe starts Config.Consumers consumers on topic's table, creating it first if needed,
 // and returns their messages on one channel, which is closed when ctx ends or the Subscriber
 // closes and every consumer has ended its batch.
+//
+// recoverability's deferred queues are consumed by one subscription only (internal/exclusive):
+// Subscribe then takes a lock in the database for the topic, on a connection it holds for as long
+// as the subscription lasts, and fails with recoverability.ErrDeferredQueueInUse while another
+// subscription, in any process, holds it.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	select {
 	case <-s.closing:
@@ -103,6 +110,12 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	if exclusive.Requested(ctx) {
+		if err := s.holdExclusive(ctx, topic); err != nil {
+			cancel()
+			return nil, fmt.Errorf("sqltransport: subscribing to %q: %w", topic, err)
+		}
+	}
 	out := make(chan *message.Message)
 	var consumers sync.WaitGroup
 	for range s.config.Consumers {

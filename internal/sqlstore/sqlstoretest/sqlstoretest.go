@@ -110,8 +110,11 @@ func Unopened(t *testing.T, name string, stores ...Store) {
 			"CancelByOwner": func() error { _, err := store.CancelByOwner(ctx, "o"); return err },
 			"Close":         store.Close,
 		}
+		if s, ok := store.(persistence.SetupChecker); ok {
+			calls["CheckInfrastructure"] = func() error { return s.CheckInfrastructure(ctx) }
+		}
 		if s, ok := store.(persistence.Inspector); ok {
-			calls["Stats"] = func() error { _, err := s.Stats(ctx); return err }
+			calls["Stats"] = func() error { _, err := s.Stats(ctx, now); return err }
 			calls["List"] = func() error { _, err := s.List(ctx, persistence.ListOptions{}); return err }
 		}
 		if s, ok := store.(interface {
@@ -122,6 +125,19 @@ func Unopened(t *testing.T, name string, stores ...Store) {
 		if s, ok := store.(persistence.Handover); ok {
 			calls["Survey"] = func() error { _, err := s.Survey(ctx, now); return err }
 			calls["Hide"] = func() error { _, err := s.Hide(ctx, now, now, 1, persistence.HiddenFrom); return err }
+		}
+		if s, ok := store.(persistence.Scheduler); ok {
+			calls["Schedule"] = func() error {
+				_, err := s.Schedule(ctx, persistence.Timeout{ID: "a", Destination: "d", Due: now, Key: "k"}, now, persistence.KeyReplace)
+				return err
+			}
+			calls["Reschedule"] = func() error { _, err := s.Reschedule(ctx, "a", now, now); return err }
+		}
+		if s, ok := store.(persistence.TxScheduler); ok {
+			calls["ScheduleTx"] = func() error {
+				_, err := s.ScheduleTx(ctx, &sql.Tx{}, persistence.Timeout{ID: "a", Destination: "d", Due: now}, now, persistence.KeyKeep)
+				return err
+			}
 		}
 		if s, ok := store.(persistence.BatchStore); ok {
 			calls["StoreMany"] = func() error {

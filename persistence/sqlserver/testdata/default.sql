@@ -16,7 +16,8 @@ BEGIN
 		Headers varbinary(max) NOT NULL,
 		RetryCount INT NOT NULL DEFAULT(0),
 		AvailableAt datetime2(7) NOT NULL,
-		Owner nvarchar(250) COLLATE Latin1_General_100_BIN2 NOT NULL DEFAULT(N'')
+		Owner nvarchar(250) COLLATE Latin1_General_100_BIN2 NOT NULL DEFAULT(N''),
+		DedupKey nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL
 	);
 END
 IF NOT EXISTS (
@@ -43,7 +44,7 @@ END
 
 -- name: installed
 SELECT COUNT(*) FROM sys.indexes
-WHERE object_id = OBJECT_ID(N'[dbo].[orders.timeouts]', 'U') AND name IN ('Index_Time', 'Index_AvailableAt', 'Index_Owner')
+WHERE object_id = OBJECT_ID(N'[dbo].[orders.timeouts]', 'U') AND name IN ('Index_Time', 'Index_AvailableAt', 'Index_Owner', 'Index_DedupKey')
 
 -- name: lockSetup
 DECLARE @result int;
@@ -71,7 +72,7 @@ UPDATE claimable SET AvailableAt = CAST(@until AS datetime2(7))
 OUTPUT inserted.Id, TODATETIMEOFFSET(inserted.Time, 0);
 
 -- name: peek
-SELECT Destination, TODATETIMEOFFSET(Time, 0), Owner, State, Headers, RetryCount FROM [dbo].[orders.timeouts] WHERE Id = @id
+SELECT Destination, TODATETIMEOFFSET(Time, 0), Owner, State, Headers, RetryCount, COALESCE(DedupKey, N'') FROM [dbo].[orders.timeouts] WHERE Id = @id
 
 -- name: delete
 DELETE FROM [dbo].[orders.timeouts] WHERE Id = @id;
@@ -85,16 +86,63 @@ SELECT @@ROWCOUNT;
 DELETE FROM [dbo].[orders.timeouts] WHERE Owner = @owner;
 SELECT @@ROWCOUNT;
 
+-- name: addKey
+IF COL_LENGTH(N'[dbo].[orders.timeouts]', 'DedupKey') IS NULL
+	ALTER TABLE [dbo].[orders.timeouts] ADD DedupKey nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL;
+
+-- name: keyIndex
+IF NOT EXISTS (
+	SELECT * FROM sys.indexes
+	WHERE name = 'Index_DedupKey' AND object_id = OBJECT_ID(N'[dbo].[orders.timeouts]')
+)
+BEGIN
+	CREATE UNIQUE INDEX Index_DedupKey ON [dbo].[orders.timeouts] (DedupKey) WHERE DedupKey IS NOT NULL;
+END
+
 -- name: stats
-SELECT COUNT(*), TODATETIMEOFFSET(MIN(Time), 0), TODATETIMEOFFSET(MAX(Time), 0) FROM [dbo].[orders.timeouts]
+SELECT COUNT(*), SUM(CASE WHEN Time <= CAST(@now AS datetime2(7)) THEN 1 ELSE 0 END),
+	SUM(CASE WHEN AvailableAt <> Time AND AvailableAt > CAST(@now AS datetime2(7)) THEN 1 ELSE 0 END), TODATETIMEOFFSET(MIN(Time), 0), TODATETIMEOFFSET(MAX(Time), 0)
+FROM [dbo].[orders.timeouts]
+
+-- name: statsByDestination
+SELECT Destination, COUNT(*) FROM [dbo].[orders.timeouts] GROUP BY Destination
+
+-- name: exists
+SELECT 1 FROM [dbo].[orders.timeouts] WHERE Id = @id
+
+-- name: keyHolder
+SELECT Id, TODATETIMEOFFSET(Time, 0), TODATETIMEOFFSET(AvailableAt, 0) FROM [dbo].[orders.timeouts] WITH (UPDLOCK, HOLDLOCK, ROWLOCK)
+WHERE DedupKey = @key AND DedupKey IS NOT NULL
+
+-- name: dropKey
+UPDATE [dbo].[orders.timeouts] SET DedupKey = NULL WHERE Id = @id;
+SELECT @@ROWCOUNT;
+
+-- name: schedule
+INSERT INTO [dbo].[orders.timeouts] (Id, Destination, State, Time, Headers, RetryCount, AvailableAt, Owner, DedupKey)
+SELECT @id, @destination, @state, CAST(@due AS datetime2(7)), @headers, @failureCount, CAST(@due AS datetime2(7)), @owner, @key
+WHERE NOT EXISTS (SELECT 1 FROM [dbo].[orders.timeouts] WHERE Id = @id)
+	AND NOT EXISTS (SELECT 1 FROM [dbo].[orders.timeouts] WHERE DedupKey = @key AND DedupKey IS NOT NULL);
+SELECT @@ROWCOUNT;
+
+-- name: reschedule
+UPDATE [dbo].[orders.timeouts] SET Time = CAST(@due AS datetime2(7)), AvailableAt = CAST(@due AS datetime2(7))
+WHERE Id = @id AND (AvailableAt = Time OR AvailableAt <= CAST(@now AS datetime2(7)));
+SELECT @@ROWCOUNT;
 
 -- name: list
-SELECT TOP (@limit) Id, Destination, TODATETIMEOFFSET(Time, 0), Owner, Headers, RetryCount FROM [dbo].[orders.timeouts]
+SELECT TOP (@limit) Id, Destination, TODATETIMEOFFSET(Time, 0), Owner, Headers, RetryCount, COALESCE(DedupKey, N'') FROM [dbo].[orders.timeouts]
 ORDER BY Time, Id
 
--- name: listByOwner
-SELECT TOP (@limit) Id, Destination, TODATETIMEOFFSET(Time, 0), Owner, Headers, RetryCount FROM [dbo].[orders.timeouts]
-WHERE Owner = @owner ORDER BY Time, Id
+-- name: listFiltered
+SELECT TOP (@limit) Id, Destination, TODATETIMEOFFSET(Time, 0), Owner, Headers, RetryCount, COALESCE(DedupKey, N'') FROM [dbo].[orders.timeouts]
+WHERE Owner = @owner AND Owner <> ''
+	AND Destination = @destination
+	AND DedupKey = @key
+	AND Time >= CAST(@dueFrom AS datetime2(7))
+	AND Time < CAST(@dueBefore AS datetime2(7))
+	AND Time >= CAST(@afterDue AS datetime2(7)) AND (Time > CAST(@afterDue AS datetime2(7)) OR Time = CAST(@afterDue AS datetime2(7)) AND Id > @afterID)
+ORDER BY Time, Id
 
 -- name: storeMany(2)
 INSERT INTO [dbo].[orders.timeouts] (Id, Destination, State, Time, Headers, RetryCount, AvailableAt, Owner)
@@ -107,7 +155,7 @@ FROM (VALUES
 WHERE NOT EXISTS (SELECT 1 FROM [dbo].[orders.timeouts] AS stored WHERE stored.Id = fresh.Id);
 
 -- name: peekMany(2)
-SELECT Id, Destination, TODATETIMEOFFSET(Time, 0), Owner, State, Headers, RetryCount FROM [dbo].[orders.timeouts] WHERE Id IN (@id0, @id1)
+SELECT Id, Destination, TODATETIMEOFFSET(Time, 0), Owner, State, Headers, RetryCount, COALESCE(DedupKey, N'') FROM [dbo].[orders.timeouts] WHERE Id IN (@id0, @id1)
 
 -- name: removeMany(2)
 DELETE FROM [dbo].[orders.timeouts]

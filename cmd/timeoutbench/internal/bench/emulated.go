@@ -69,7 +69,7 @@ func pendingOf(store persistence.Store) func(ctx context.Context) (int, error) {
 		return nil
 	}
 	return func(ctx context.Context) (int, error) {
-		st, err := inspector.Stats(ctx)
+		st, err := inspector.Stats(ctx, time.Now())
 		return st.Pending, err
 	}
 }

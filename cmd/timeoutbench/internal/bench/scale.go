@@ -89,6 +89,18 @@ func runScale(ctx context.Context, env Env, plan Plan) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The empty store steers as many timeouts as it is given: the due ids it held, claimed for an
+	// hour, are replaced by a few not due for a day.
+	if err := empty.truncate(ctx); err != nil {
+		return nil, err
+	}
+	if err := empty.fillLater(ctx, len(steeringOps)*steeringCalls); err != nil {
+		return nil, err
+	}
+	steering, err := timeSteering(ctx, sides)
+	if err != nil {
+		return nil, err
+	}
 	if err := empty.truncate(ctx); err != nil {
 		return nil, err
 	}
@@ -129,7 +141,7 @@ func runScale(ctx context.Context, env Env, plan Plan) ([]Result, error) {
 		if s == full {
 			pending = plan.ScalePending
 		}
-		results = append(results, scaleResult(plan, pending, claims[i], polls[i], rates[i], hwm, rss))
+		results = append(results, scaleResult(plan, pending, claims[i], polls[i], rates[i], steering[i], hwm, rss))
 	}
 	for _, svc := range services {
 		if err := svc.stop(); err != nil {
@@ -143,7 +155,7 @@ func runScale(ctx context.Context, env Env, plan Plan) ([]Result, error) {
 }
 
 // scaleResult is the row of one store.
-func scaleResult(plan Plan, pending int, claims, polls []time.Duration, rates []float64, hwm, rss int) Result {
+func scaleResult(plan Plan, pending int, claims, polls []time.Duration, rates []float64, steering map[string]time.Duration, hwm, rss int) Result {
 	slices.Sort(claims)
 	slices.Sort(polls)
 	slices.Sort(rates)
@@ -166,6 +178,12 @@ func scaleResult(plan Plan, pending int, claims, polls []time.Duration, rates []
 			scaleClaimBatch, millis(claims[len(claims)/2]), millis(claims[len(claims)-1]), len(claims), scaleWarmUp),
 		fmt.Sprintf("poll with nothing due (claim + next): p50 %s ms", millis(polls[len(polls)/2])),
 		fmt.Sprintf("service peak RSS %.1f MiB (%.1f MiB at the end)", float64(hwm)/1024, float64(rss)/1024))
+	steer := fmt.Sprintf("steering p50 of %d calls each, in ms:", steeringCalls)
+	for _, op := range steeringOps {
+		r.Figures[op.name+"_p50_ms"] = float64(steering[op.name]) / float64(time.Millisecond)
+		steer += fmt.Sprintf(" %s %s", op.name, millis(steering[op.name]))
+	}
+	r.Notes = append(r.Notes, steer)
 	return r
 }
 
@@ -246,6 +264,19 @@ LATERAL (SELECT CASE WHEN g % $3::int = 0 THEN now() - interval '1 hour' + rando
 	}
 	if _, err := s.db.ExecContext(ctx, `ANALYZE `+s.table); err != nil {
 		return fmt.Errorf("analyzing the store: %w", err)
+	}
+	return nil
+}
+
+// fillLater inserts n timeouts due in 2 to 32 days, as fill makes them.
+func (s *scale) fillLater(ctx context.Context, n int) error {
+	md := persistence.EncodeMetadata(map[string]string{"timeoutbench": "fill"})
+	_, err := s.db.ExecContext(ctx, `INSERT INTO `+s.table+` (id, destination, due, available_at, owner, payload, metadata, failure_count)
+SELECT gen_random_uuid()::text, 'timeoutbench_nowhere', d, d, '', decode(repeat(md5(random()::text), $3::int), 'hex'), $1, 0
+FROM generate_series(1, $2::int) AS g,
+LATERAL (SELECT now() + interval '2 days' + random() * interval '30 days' AS d) AS due`, md, n, scalePayloadBytes/md5Bytes)
+	if err != nil {
+		return fmt.Errorf("filling the store: %w", err)
 	}
 	return nil
 }
