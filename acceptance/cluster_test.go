@@ -307,7 +307,8 @@ func clusterNativeDelay(t *testing.T, c *rabbitCluster) {
 		pause.Round(time.Millisecond), worst.Round(time.Millisecond))
 	require.NoError(t, sendErr)
 	require.Less(t, stopped, count, "deliveries were left for after the node stopped")
-	require.Greater(t, withNodeDown, stopped, "deliveries went on with the node down")
+	// Whether anything arrives with the node down depends on which levels it led (`native
+	// setup` places them all on the node it connected to): a figure, not an assertion.
 	require.True(t, allDelivered, "all delivered once the cluster settled (%d of %d)", got.distinct(), count)
 	requireNoneLost(t, f)
 	for _, id := range ids {
