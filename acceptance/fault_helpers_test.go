@@ -33,9 +33,12 @@ func skipFaultShort(t *testing.T) {
 	}
 }
 
-// brokerClient is a connection to a broker that is redialled whenever it is found closed.
+// brokerClient is a connection to a broker that is redialled whenever it is found closed. Its url
+// may list the nodes of a cluster, separated by commas: it dials the first that answers.
 type brokerClient struct {
 	url string
+	// queueArgs are the arguments of the queues it declares to consume (nil: classic).
+	queueArgs amqp.Table
 
 	mu     sync.Mutex
 	conn   *amqp.Connection
@@ -66,12 +69,16 @@ func (c *brokerClient) connection() (*amqp.Connection, error) {
 	if c.conn != nil && !c.conn.IsClosed() {
 		return c.conn, nil
 	}
-	conn, err := amqp.DialConfig(c.url, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second), Heartbeat: 5 * time.Second})
-	if err != nil {
-		return nil, err
+	var errs []error
+	for _, u := range strings.Split(c.url, ",") {
+		conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second), Heartbeat: 5 * time.Second})
+		if err == nil {
+			c.conn = conn
+			return conn, nil
+		}
+		errs = append(errs, err)
 	}
-	c.conn = conn
-	return conn, nil
+	return nil, errors.Join(errs...)
 }
 
 // timeoutMsg is a delayed message as any AMQP producer sends it to an endpoint's Timeouts queue.
@@ -281,7 +288,7 @@ func (tl *tally) consumeOnce(ctx context.Context, c *brokerClient, started func(
 	if err := ch.Qos(256, 0, false); err != nil {
 		return err
 	}
-	if _, err := ch.QueueDeclare(tl.queue, true, false, false, false, nil); err != nil {
+	if _, err := ch.QueueDeclare(tl.queue, true, false, false, false, c.queueArgs); err != nil {
 		return err
 	}
 	deliveries, err := ch.ConsumeWithContext(ctx, tl.queue, "", false, false, false, false, nil)

@@ -9,6 +9,8 @@
 #   scripts/services.sh status                                              what runs
 #   scripts/services.sh env                                                 print the env file for tests
 #
+#   scripts/services.sh cluster up|down|status [1|2|3 ...]          a 3-node RabbitMQ cluster (below)
+#
 # No name means all five. `up` is idempotent: a server that already answers is left alone (a second
 # start would break a running RabbitMQ or MariaDB, see shared/design/SERVICES.md).
 #
@@ -17,6 +19,13 @@
 # port is this + 20000), TIMEOUTMILL_POSTGRES_PORT (5442), TIMEOUTMILL_MARIADB_PORT (3316),
 # TIMEOUTMILL_REDIS_PORT (6389), TIMEOUTMILL_NATS_PORT (4232),
 # TIMEOUTMILL_RABBITMQ_NODENAME (timeoutmill@localhost).
+#
+# `cluster` runs three RabbitMQ nodes joined in one cluster, for the cluster acceptance test: node N
+# listens on TIMEOUTMILL_CLUSTER_PORT + N - 1 (base 5692; distribution ports + 20000), is named
+# ${TIMEOUTMILL_CLUSTER_NAME:-tmcluster}N@localhost and lives in $TIMEOUTMILL_SERVICES_DIR/cluster/nodeN.
+# `cluster up` starts the nodes (all, or those named by number) and joins nodes 2 and 3 to node 1
+# once; a node stopped with `cluster down N` rejoins by itself when started again. The nodes share
+# one Erlang cookie, written into each node's HOME. `make test` does not start it: the test does.
 set -euo pipefail
 
 STATE=${TIMEOUTMILL_SERVICES_DIR:-/tmp/timeoutmill-services}
@@ -287,6 +296,111 @@ rabbitmq_status() {
 		echo "rabbitmq: down"
 		return 1
 	fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# A RabbitMQ cluster: three nodes of the functions above, each in a subshell with its own
+# RABBITMQ_DIR, RABBITMQ_PORT and RABBITMQ_NODE.
+
+CLUSTER_DIR=$STATE/cluster
+CLUSTER_PORT=${TIMEOUTMILL_CLUSTER_PORT:-5692}
+CLUSTER_NAME=${TIMEOUTMILL_CLUSTER_NAME:-tmcluster}
+CLUSTER_NODES=(1 2 3)
+
+cluster_node() {
+	RABBITMQ_DIR=$CLUSTER_DIR/node$1
+	RABBITMQ_PORT=$((CLUSTER_PORT + $1 - 1))
+	RABBITMQ_NODE=$CLUSTER_NAME$1@localhost
+}
+
+# cluster_cookie writes the cluster's one Erlang cookie into node $1's HOME: nodes with different
+# cookies cannot talk, and each node would otherwise make its own.
+cluster_cookie() {
+	local cookie=$CLUSTER_DIR/cookie dir=$CLUSTER_DIR/node$1
+	if [ ! -s "$cookie" ]; then
+		mkdir -p "$CLUSTER_DIR"
+		(umask 077 && od -An -tx1 -N20 /dev/urandom | tr -d ' \n' | tr a-f A-F >"$cookie")
+	fi
+	mkdir -p "$dir/log" "$dir/mnesia"
+	if ! cmp -s "$cookie" "$dir/.erlang.cookie" 2>/dev/null; then
+		rm -f "$dir/.erlang.cookie"
+		cp "$cookie" "$dir/.erlang.cookie"
+		chmod 400 "$dir/.erlang.cookie"
+	fi
+}
+
+# cluster_join joins node $1 to node 1, once (the node remembers its cluster across restarts).
+cluster_join() {
+	cluster_node "$1"
+	[ -f "$RABBITMQ_DIR/joined" ] && return 0
+	rabbitmq_env
+	local first=${CLUSTER_NAME}1@localhost
+	# join_cluster resets the node itself. Its warnings (a fresh node's feature flags) go to the log.
+	{
+		rabbitmqctl -q stop_app &&
+			rabbitmqctl -q join_cluster "$first" &&
+			rabbitmqctl -q start_app
+	} >>"$RABBITMQ_DIR/log/join.log" 2>&1 || {
+		show_log "$RABBITMQ_DIR/log/join.log"
+		return 1
+	}
+	touch "$RABBITMQ_DIR/joined"
+	log "cluster: $RABBITMQ_NODE joined $first"
+}
+
+cluster_up() {
+	local n pids=() rc=0
+	install_missing rabbitmq
+	for n in "$@"; do
+		cluster_cookie "$n"
+		(cluster_node "$n" && rabbitmq_up) &
+		pids+=($!)
+	done
+	for n in "${pids[@]}"; do wait "$n" || rc=1; done
+	[ "$rc" -eq 0 ] || die "cluster: a node did not start"
+	for n in "$@"; do
+		[ "$n" = 1 ] && continue
+		timed "cluster: join node $n" cluster_join "$n" || die "cluster: node $n could not join node 1"
+	done
+	log "cluster: up, AMQP on 127.0.0.1 ports $CLUSTER_PORT-$((CLUSTER_PORT + ${#CLUSTER_NODES[@]} - 1))"
+}
+
+cluster_down() {
+	local n pids=()
+	for n in "$@"; do
+		(cluster_node "$n" && rabbitmq_down) &
+		pids+=($!)
+	done
+	for n in "${pids[@]}"; do wait "$n" || true; done
+}
+
+cluster_status() {
+	local n rc=0
+	for n in "$@"; do
+		(cluster_node "$n" && rabbitmq_status) | sed "s/^rabbitmq/cluster node $n/" || rc=1
+	done
+	return "$rc"
+}
+
+cluster_main() {
+	[ $# -ge 1 ] || usage
+	local cmd=$1 n nodes=()
+	shift
+	for n in "$@"; do
+		case $n in
+		1 | 2 | 3) nodes+=("$n") ;;
+		*) die "unknown cluster node '$n' (want 1, 2 or 3)" ;;
+		esac
+	done
+	[ ${#nodes[@]} -gt 0 ] || nodes=("${CLUSTER_NODES[@]}")
+	case $cmd in
+	up | down | status) ;;
+	*) usage ;;
+	esac
+	mkdir -p "$STATE"
+	exec 9>"$STATE/cluster.lock"
+	flock 9
+	"cluster_$cmd" "${nodes[@]}"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -613,7 +727,7 @@ services_from_args() {
 }
 
 usage() {
-	sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -622,6 +736,10 @@ main() {
 	local cmd=$1 svc services start=$EPOCHREALTIME
 	shift
 	case $cmd in
+	cluster)
+		cluster_main "$@"
+		return
+		;;
 	up | down | status | env) ;;
 	-h | --help | help) usage ;;
 	*) usage ;;

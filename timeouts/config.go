@@ -86,7 +86,10 @@ type Config struct {
 	// duplicate, never a loss), so keep it longer than that takes. Defaults to 1 minute.
 	ClaimLease time.Duration
 	// NumberOfRetries is how many times forwarding a due message is retried after a failed
-	// first attempt before it goes to the error queue. Defaults to 0: one attempt.
+	// first attempt before it goes to the error queue. Defaults to 0: one attempt. A forward that
+	// fails because the connection to the broker or database failed (closed, lost, being made
+	// again) is not an attempt: it is retried at the dispatch breaker's pace once the connection
+	// is back, however often.
 	NumberOfRetries int
 
 	// TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages is how long the store may fail to

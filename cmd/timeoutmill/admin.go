@@ -36,7 +36,7 @@ func (c *setupCmd) Run(e *env) error {
 			return fmt.Errorf("creating the table of %s: %w", c.Endpoint, connect.RedactError(err, c.Store))
 		}
 	}
-	transport, err := connect.OpenTransport(e.ctx, c.Transport, logger)
+	transport, err := connect.OpenTransportWith(e.ctx, c.Transport, c.transportOptions(), logger)
 	if err != nil {
 		return err
 	}

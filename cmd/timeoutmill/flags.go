@@ -24,6 +24,12 @@ type storeFlags struct {
 type transportFlags struct {
 	Transport  string `required:"" help:"Transport URL: ${transport_schemes}." placeholder:"URL"`
 	ErrorQueue string `default:"error" help:"Queue for messages that cannot be handled."`
+	QueueType  string `default:"classic" enum:"classic,quorum" help:"Type of the queues created on RabbitMQ: classic, or quorum (replicated, for a cluster). Queues that exist are used as they are."`
+}
+
+// transportOptions are the flags' settings beyond the URL.
+func (f transportFlags) transportOptions() connect.TransportOptions {
+	return connect.TransportOptions{QueueType: f.QueueType}
 }
 
 func (f storeFlags) validate() error {

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 	"github.com/timeoutmill/timeoutmill/internal/connect"
 	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
@@ -54,7 +55,7 @@ func (f nativeFlags) topology() (nativedelay.Topology, *amqp.Connection, error) 
 	if err != nil {
 		return nativedelay.Topology{}, nil, err
 	}
-	conn, err := amqp.DialConfig(f.Transport, amqp.Config{
+	conn, err := amqpconn.DialFirst(f.Transport, amqp.Config{
 		Properties: amqp.Table{"connection_name": "timeoutmill native"},
 		Dial:       amqp.DefaultDial(rabbitmq.DefaultDialTimeout),
 	})

@@ -64,7 +64,7 @@ func (c *runCmd) Run(e *env) error {
 	}
 	defer store.Close()
 	transport, err := retry(e.ctx, c.OutageWait, logger, "transport", func() (*connect.Transport, error) {
-		return connect.OpenTransport(e.ctx, c.Transport, logger)
+		return connect.OpenTransportWith(e.ctx, c.Transport, c.transportOptions(), logger)
 	})
 	if err != nil {
 		return err

@@ -149,3 +149,73 @@ func (p *proxy) refuse(yes bool) {
 	defer p.mu.Unlock()
 	p.refused = yes
 }
+
+// relayed is how many connections the proxy relays now.
+func (p *proxy) relayed() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns) / 2
+}
+
+func TestAClusterConnectionMovesToTheNextNodeWhenItsNodeGoes(t *testing.T) {
+	t.Parallel()
+	// Two proxies to one broker stand for two nodes of a cluster.
+	node1, node2 := newProxy(t, testenv.AMQPURL(t)), newProxy(t, testenv.AMQPURL(t))
+	c, err := amqpconn.Dial(node1.url+","+node2.url, amqp.Config{}, fast, nil)
+	require.NoError(t, err)
+	defer c.Close()
+	require.Equal(t, 1, node1.relayed(), "the first node that answers")
+	require.Zero(t, node2.relayed())
+
+	node1.refuse(true) // node 1 stops
+	node1.dropAll()
+	require.Eventually(t, func() bool {
+		_, err := c.Current()
+		return err == nil && node2.relayed() == 1
+	}, 10*time.Second, 5*time.Millisecond, "connected again, to node 2")
+	conn, err := c.Current()
+	require.NoError(t, err)
+	ch, err := conn.Channel()
+	require.NoError(t, err, "the new connection works")
+	require.NoError(t, ch.Close())
+
+	node1.refuse(false) // node 1 is back, node 2 stops: back to node 1
+	node2.refuse(true)
+	node2.dropAll()
+	require.Eventually(t, func() bool {
+		_, err := c.Current()
+		return err == nil && node1.relayed() == 1
+	}, 10*time.Second, 5*time.Millisecond, "connected again, to node 1")
+}
+
+func TestDialTriesEachNodeOfAClusterInTurn(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := "amqp://guest:topsecret@" + l.Addr().String() + "/"
+	require.NoError(t, l.Close())
+	live := newProxy(t, testenv.AMQPURL(t))
+
+	c, err := amqpconn.Dial(dead+" , "+live.url, amqp.Config{}, fast, nil)
+	require.NoError(t, err, "the second node answers")
+	require.NoError(t, c.Close())
+
+	_, err = amqpconn.Dial(dead+","+dead, amqp.Config{}, fast, nil)
+	require.ErrorContains(t, err, "no node of the cluster answered")
+	require.NotContains(t, amqpconn.RedactError(err, dead+","+dead).Error(), "topsecret")
+}
+
+func TestSplitURLs(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string][]string{
+		"amqp://u:p@h1:5672/":                          {"amqp://u:p@h1:5672/"},
+		"amqp://u:p@h1:5672/,amqp://u:p@h2:5673/":      {"amqp://u:p@h1:5672/", "amqp://u:p@h2:5673/"},
+		"amqp://u:p@h1/, AMQPS://u:p@h2/ ":             {"amqp://u:p@h1/", "AMQPS://u:p@h2/"},
+		"amqp://u:pa,ss@h1/,amqp://u:pa,ss@h2/":        {"amqp://u:pa,ss@h1/", "amqp://u:pa,ss@h2/"},
+		"amqp://u:p@h1/vhost,with,commas":              {"amqp://u:p@h1/vhost,with,commas"},
+		"":                                             {""},
+		"amqp://u:p@h1/,amqp://u:p@h2/,amqp://u:p@h3/": {"amqp://u:p@h1/", "amqp://u:p@h2/", "amqp://u:p@h3/"},
+	} {
+		require.Equal(t, want, amqpconn.SplitURLs(in), in)
+	}
+}

@@ -5,10 +5,17 @@ import (
 	"strings"
 )
 
-// Redact returns rawURL with its password, if any, replaced by "xxxxx", for errors and logs. A URL
+// Redact returns rawURL with its password, if any, replaced by "xxxxx", for errors and logs; each
+// URL's of a list (SplitURLs). A URL
 // that cannot be parsed is redacted by its text: everything between "user:" and the last "@" of
 // the authority goes.
 func Redact(rawURL string) string {
+	if urls := SplitURLs(rawURL); len(urls) > 1 {
+		for i, u := range urls {
+			urls[i] = Redact(u)
+		}
+		return strings.Join(urls, ",")
+	}
 	if u, err := url.Parse(rawURL); err == nil {
 		return u.Redacted()
 	}
@@ -54,6 +61,17 @@ func RedactError(err error, rawURL string) error {
 		return nil
 	}
 	var secrets []string
+	if urls := SplitURLs(rawURL); len(urls) > 1 {
+		for _, u := range urls {
+			if r, ok := RedactError(err, u).(*redactedError); ok {
+				secrets = append(secrets, r.secrets...)
+			}
+		}
+		if len(secrets) == 0 {
+			return err
+		}
+		return &redactedError{err: err, secrets: secrets}
+	}
 	if start, end, ok := passwordSpan(rawURL); ok && end > start {
 		password := rawURL[start:end]
 		secrets = append(secrets, password)

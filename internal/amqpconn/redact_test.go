@@ -18,6 +18,7 @@ func TestRedact(t *testing.T) {
 		"amqp://user:pa#ss@host/":                   "amqp://user:xxxxx@host/",
 		"amqp://user:pa/ss@host/vhost":              "amqp://user:xxxxx@host/vhost",
 		"postgres://u:secret@db:5432/x?ssl=disable": "postgres://u:xxxxx@db:5432/x?ssl=disable",
+		"amqp://u:one@h1/,amqp://u:two@h2/":         "amqp://u:xxxxx@h1/,amqp://u:xxxxx@h2/",
 	} {
 		got := Redact(in)
 		require.Equal(t, want, got, in)
@@ -32,4 +33,10 @@ func TestRedactError(t *testing.T) {
 	require.False(t, strings.Contains(err.Error(), "topsecret"), err.Error())
 	require.Nil(t, RedactError(nil, "amqp://u:p@h/"))
 	require.Same(t, cause, RedactError(cause, "amqp://h/"), "nothing to hide")
+
+	nodes := "amqp://u:first@h1/,amqp://u:second@h2/"
+	cause = errors.New("h1: refused (first); h2: refused (second)")
+	err = RedactError(cause, nodes)
+	require.ErrorIs(t, err, cause)
+	require.Equal(t, "h1: refused (xxxxx); h2: refused (xxxxx)", err.Error(), "each node's password")
 }

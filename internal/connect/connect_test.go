@@ -26,6 +26,7 @@ func TestRedact(t *testing.T) {
 		"redis://:s3cret@cache:6379/0":             "redis://:xxxxx@cache:6379/0",
 		"nats://app:s3cret@nats:4222":              "nats://app:xxxxx@nats:4222",
 		"error for postgres://a:b@h/x in the text": "error for postgres://a:xxxxx@h/x in the text",
+		"amqp://u:one@h1:5672/,amqp://u:two@h2:5673/": "amqp://u:xxxxx@h1:5672/,amqp://u:xxxxx@h2:5673/",
 	} {
 		require.Equal(t, want, connect.Redact(in), in)
 	}

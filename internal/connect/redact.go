@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
@@ -18,6 +19,9 @@ var passwordPattern = regexp.MustCompile(`([A-Za-z0-9+.\-]*://)?([^:@/\s"'(]+):(
 
 // Redact returns dsn with its password replaced, for errors, logs and output.
 func Redact(dsn string) string {
+	if urls := amqpconn.SplitURLs(dsn); len(urls) > 1 {
+		return amqpconn.Redact(dsn) // the nodes of a RabbitMQ cluster
+	}
 	if u, err := url.Parse(dsn); err == nil && u.User != nil {
 		if _, has := u.User.Password(); has {
 			u.User = url.UserPassword(u.User.Username(), redactedPassword)
@@ -33,6 +37,9 @@ func Redact(dsn string) string {
 func RedactError(err error, secret string) error {
 	if err == nil {
 		return nil
+	}
+	if urls := amqpconn.SplitURLs(secret); len(urls) > 1 {
+		return amqpconn.RedactError(err, secret)
 	}
 	password := passwordOf(secret)
 	text := err.Error()

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/internal/connloss"
 	"github.com/timeoutmill/timeoutmill/internal/critical"
 	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
@@ -41,7 +42,8 @@ type DispatchConfig struct {
 	// Required.
 	Breaker *critical.CircuitBreaker
 	// NumberOfRetries is how many times forwarding a due message is retried after its first
-	// failed attempt before it goes to the error queue: 0 means one attempt in all.
+	// failed attempt before it goes to the error queue: 0 means one attempt in all. A forward
+	// that failed with the connection is not an attempt (see connectionLost).
 	NumberOfRetries int
 	// RecoveryBreaker counts failures to record a failed forwarding attempt
 	// (MaximumRecoveryFailuresPerSecond). Optional.
@@ -197,6 +199,9 @@ func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, ou
 	}
 	ctx, cancel := detached(msg)
 	defer cancel()
+	if connloss.Is(cause) {
+		return d.connectionLost(ctx, t, cause)
+	}
 	fields := watermill.LogFields{"timeout_id": t.ID, "destination": t.Destination}
 	d.logger.Error("Forwarding due message failed", cause, fields)
 	found, err := d.cfg.Store.IncrementFailureCount(ctx, t.ID)

@@ -31,7 +31,9 @@ const (
 // Config configures a Publisher and the commands that set up and check the delay infrastructure.
 type Config struct {
 	// URL of the broker: amqp://user:password@host:port/vhost, or amqps:// for TLS. Required. Its
-	// password never appears in errors or logs.
+	// password never appears in errors or logs. For a RabbitMQ cluster, the URLs of several of
+	// its nodes separated by commas, as amqptransport.Config.URL: connections go to the first
+	// node that answers and move to the next one when it is lost.
 	URL string
 
 	// Prefix starts the names of the delay exchanges and queues. Defaults to "timeoutmill". Every
@@ -98,8 +100,10 @@ func (c Config) Validate() error {
 	if c.URL == "" {
 		return fmt.Errorf("%w: URL is required (amqp://user:password@host:port/vhost)", ErrInvalidConfig)
 	}
-	if _, err := amqp.ParseURI(c.URL); err != nil {
-		return fmt.Errorf("%w: URL %s: %s", ErrInvalidConfig, amqpconn.Redact(c.URL), redactText(err.Error(), c.URL))
+	for _, u := range amqpconn.SplitURLs(c.URL) {
+		if _, err := amqp.ParseURI(u); err != nil {
+			return fmt.Errorf("%w: URL %s: %s", ErrInvalidConfig, amqpconn.Redact(u), redactText(err.Error(), u))
+		}
 	}
 	if _, err := nativedelay.NewTopology(c.Prefix, c.QueueType); err != nil {
 		return err

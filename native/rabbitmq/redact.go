@@ -9,6 +9,12 @@ import (
 
 // redactText hides rawURL's password in text (dial errors may quote the URL).
 func redactText(text, rawURL string) string {
+	if urls := amqpconn.SplitURLs(rawURL); len(urls) > 1 {
+		for _, u := range urls {
+			text = redactText(text, u)
+		}
+		return text
+	}
 	if u, err := url.Parse(rawURL); err == nil && u.User != nil {
 		if p, ok := u.User.Password(); ok && p != "" {
 			return strings.ReplaceAll(text, p, "xxxxx")

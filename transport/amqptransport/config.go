@@ -31,6 +31,12 @@ const (
 type Config struct {
 	// URL of the broker: amqp://user:password@host:port/vhost, or amqps:// for TLS. Required.
 	// Its password never appears in errors or logs (see Redact).
+	//
+	// For a RabbitMQ cluster, the URLs of several of its nodes separated by commas
+	// ("amqp://u:p@node1:5672/,amqp://u:p@node2:5672/"): each connection is made to the first
+	// node that answers, and when it is lost (the node stops) it is made again to the next node
+	// in turn. Declare the queues as quorum queues (QueueArguments) so that they survive the loss
+	// of a node.
 	URL string
 
 	// ConnectionName names the connections in RabbitMQ's management UI and rabbitmqctl
@@ -138,8 +144,10 @@ func (c Config) Validate() error {
 	if c.URL == "" {
 		return invalid("URL is required (amqp://user:password@host:port/vhost)")
 	}
-	if _, err := amqp.ParseURI(c.URL); err != nil {
-		return invalid("URL %s: %w", amqpconn.Redact(c.URL), amqpconn.RedactError(err, c.URL))
+	for _, u := range amqpconn.SplitURLs(c.URL) {
+		if _, err := amqp.ParseURI(u); err != nil {
+			return invalid("URL %s: %w", amqpconn.Redact(u), amqpconn.RedactError(err, u))
+		}
 	}
 	switch {
 	case c.ChannelPoolSize < 0:

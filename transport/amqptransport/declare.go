@@ -77,7 +77,9 @@ func currentConnection(c *amqpconn.Conn) (*amqp.Connection, error) {
 	case errors.Is(err, amqpconn.ErrClosed):
 		return nil, fmt.Errorf("%w: closed", ErrNotConnected)
 	case err != nil:
-		return nil, fmt.Errorf("%w: reconnecting", ErrNotConnected)
+		// Both sentinels: callers test for ours, the dispatch satellite for amqpconn's (a
+		// failure it must not count as a forward attempt, see internal/connloss).
+		return nil, fmt.Errorf("%w: %w", ErrNotConnected, err)
 	}
 	return conn, nil
 }
