@@ -16,16 +16,16 @@ import (
 func TestRedact(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
-		"postgres://app:s3cret@db:5432/x":          "postgres://app:xxxxx@db:5432/x",
-		"amqp://guest:guest@127.0.0.1:5672/":       "amqp://guest:xxxxx@127.0.0.1:5672/",
-		"mysql://u:p%40ss@h/db":                    "mysql://u:xxxxx@h/db",
-		"u:hunter2@tcp(127.0.0.1:3306)/db":         "u:xxxxx@tcp(127.0.0.1:3306)/db",
-		"mysql://u:hunter2@tcp(127.0.0.1:3306)/db": "mysql://u:xxxxx@tcp(127.0.0.1:3306)/db",
-		"sqlite:///var/lib/t.db":                   "sqlite:///var/lib/t.db",
-		"postgres://app@db/x":                      "postgres://app@db/x",
-		"redis://:s3cret@cache:6379/0":             "redis://:xxxxx@cache:6379/0",
-		"nats://app:s3cret@nats:4222":              "nats://app:xxxxx@nats:4222",
-		"error for postgres://a:b@h/x in the text": "error for postgres://a:xxxxx@h/x in the text",
+		"postgres://app:s3cret@db:5432/x":             "postgres://app:xxxxx@db:5432/x",
+		"amqp://guest:guest@127.0.0.1:5672/":          "amqp://guest:xxxxx@127.0.0.1:5672/",
+		"mysql://u:p%40ss@h/db":                       "mysql://u:xxxxx@h/db",
+		"u:hunter2@tcp(127.0.0.1:3306)/db":            "u:xxxxx@tcp(127.0.0.1:3306)/db",
+		"mysql://u:hunter2@tcp(127.0.0.1:3306)/db":    "mysql://u:xxxxx@tcp(127.0.0.1:3306)/db",
+		"sqlite:///var/lib/t.db":                      "sqlite:///var/lib/t.db",
+		"postgres://app@db/x":                         "postgres://app@db/x",
+		"redis://:s3cret@cache:6379/0":                "redis://:xxxxx@cache:6379/0",
+		"nats://app:s3cret@nats:4222":                 "nats://app:xxxxx@nats:4222",
+		"error for postgres://a:b@h/x in the text":    "error for postgres://a:xxxxx@h/x in the text",
 		"amqp://u:one@h1:5672/,amqp://u:two@h2:5673/": "amqp://u:xxxxx@h1:5672/,amqp://u:xxxxx@h2:5673/",
 	} {
 		require.Equal(t, want, connect.Redact(in), in)
