@@ -33,6 +33,16 @@ func scheduleBackends() []backend {
 	}})
 }
 
+// schedulingNode runs a manager on RabbitMQ and b's store for a scenario of its own, and returns
+// it, a destination and what arrives there.
+func schedulingNode(t *testing.T, b backend, tag string) (*node, string, <-chan arrival) {
+	t.Helper()
+	e := newEnv(t, tag)
+	n := startNode(t, e, "node", b.database(t, e.endpoint)(t), nil)
+	dest := e.queue("reminders")
+	return n, dest, receive(t, e, dest)
+}
+
 // scheduled is one message a scenario scheduled, and the due time it must not arrive before.
 type scheduled struct {
 	msg  *message.Message
@@ -115,11 +125,7 @@ func TestScheduleCancelAtOnce(t *testing.T) {
 	for _, b := range scheduleBackends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, "sched-cancel")
-			store := b.database(t, e.endpoint)(t)
-			n := startNode(t, e, "node", store, nil)
-			dest := e.queue("reminders")
-			arrivals := receive(t, e, dest)
+			n, dest, arrivals := schedulingNode(t, b, "sched-cancel")
 			ctx := t.Context()
 			want := map[string]*scheduled{}
 			for i := range 1000 {
@@ -149,11 +155,7 @@ func TestScheduleReschedule(t *testing.T) {
 	for _, b := range scheduleBackends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, "sched-resched")
-			store := b.database(t, e.endpoint)(t)
-			n := startNode(t, e, "node", store, nil)
-			dest := e.queue("reminders")
-			arrivals := receive(t, e, dest)
+			n, dest, arrivals := schedulingNode(t, b, "sched-resched")
 			ctx := t.Context()
 			want := map[string]*scheduled{}
 			for i := range 1000 {
@@ -196,11 +198,7 @@ func TestScheduleKeyReplaceConcurrently(t *testing.T) {
 	for _, b := range scheduleBackends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, "sched-key")
-			store := b.database(t, e.endpoint)(t)
-			n := startNode(t, e, "node", store, nil)
-			dest := e.queue("reminders")
-			arrivals := receive(t, e, dest)
+			n, dest, arrivals := schedulingNode(t, b, "sched-key")
 			ctx := t.Context()
 			// Due far ahead while the schedulers race, so that no holder is claimed meanwhile; the
 			// holders are then rescheduled to now.
