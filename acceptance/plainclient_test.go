@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/internal/amqpmarshal"
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -38,7 +39,11 @@ func TestPlainAMQPClientWithOnlyTheContractHeaders(t *testing.T) {
 		require.False(t, got.at.Before(due), "delivered %s early", due.Sub(got.at))
 		require.Equal(t, `{"remind":"order 7"}`, string(got.msg.Payload))
 		require.NotEmpty(t, got.msg.UUID, "a message without a UUID gets one")
-		require.Empty(t, got.msg.Metadata, "no header was added or left behind")
+		gotDue, err := wireparse.ParseExpire(got.msg.Metadata.Get(wire.HeaderDue))
+		require.NoError(t, err, "the delivered message says the due time it was delivered for")
+		require.True(t, wireparse.RoundUp(due).Equal(gotDue), "timeout.due %s for a due time of %s", gotDue, due)
+		delete(got.msg.Metadata, wire.HeaderDue)
+		require.Empty(t, got.msg.Metadata, "no other header was added or left behind")
 		t.Logf("%s: no UUID, -07:00 offset: delivered %s after due under id %s", b.name, got.at.Sub(due).Round(time.Millisecond), got.msg.UUID)
 
 		// With a message-id and AMQP properties: the id is kept (so a redelivery is recognised)

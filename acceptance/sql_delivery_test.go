@@ -73,6 +73,8 @@ func TestSQLDelayedIntoThePast(t *testing.T) {
 		got := await(t, delivered, lateBound)
 		require.Equal(t, "sql-producer-1", got.msg.UUID)
 		require.Equal(t, "an hour late", string(got.msg.Payload))
+		require.NotEmpty(t, got.msg.Metadata.Get(wire.HeaderDue), "the delivered message says the due time it was delivered for")
+		delete(got.msg.Metadata, wire.HeaderDue)
 		require.Equal(t, message.Metadata{"origin": "psql ✓"}, got.msg.Metadata)
 		t.Logf("%s: a timeout an hour overdue, written with SQL, was delivered %s after it was sent", e.name, got.at.Sub(sent).Round(time.Millisecond))
 
@@ -119,6 +121,8 @@ func TestSQLNonASCIIHeadersAndAOneMiBBodySurviveByteForByte(t *testing.T) {
 		got := await(t, delivered, lateBound)
 		require.Equal(t, msg.UUID, got.msg.UUID)
 		require.True(t, bytes.Equal(body, got.msg.Payload), "the 1 MiB body differs (%d bytes received)", len(got.msg.Payload))
+		require.Equal(t, msg.Metadata.Get(wire.HeaderExpire), got.msg.Metadata.Get(wire.HeaderDue), "the due time it was delivered for")
+		delete(got.msg.Metadata, wire.HeaderDue)
 		require.Equal(t, message.Metadata(headers), got.msg.Metadata, "every header as sent, less the routing headers")
 	})
 }
