@@ -35,6 +35,9 @@ type Timeout struct {
 	// Empty for none; at most MaxIDLength bytes. Only Schedule takes timeouts with a key: Store
 	// and StoreMany refuse them with ErrInvalidTimeout, since they would not resolve the key.
 	Key string
+	// Parked is why the timeout was set aside (see Parker); empty when it is not parked. Stores
+	// set it on what they return; Store, StoreMany and Schedule refuse a timeout with it set.
+	Parked string
 }
 
 // The range of due times every store keeps (MySQL's DATETIME and SQL Server's datetime2 are the
@@ -167,6 +170,8 @@ func (t Timeout) Validate() error {
 		return fmt.Errorf("%w: destination is empty", ErrInvalidTimeout)
 	case t.Due.IsZero():
 		return fmt.Errorf("%w: due time is zero", ErrInvalidTimeout)
+	case t.Parked != "":
+		return fmt.Errorf("%w: a timeout is parked by Parker.Park, not stored parked", ErrInvalidTimeout)
 	}
 	return ValidateDue(t.Due)
 }
@@ -182,12 +187,16 @@ func ValidateDue(due time.Time) error {
 
 // Stats summarises what a store holds, for operators.
 type Stats struct {
-	// Pending counts the stored timeouts, claimed or not.
+	// Pending counts the stored timeouts, claimed, parked or neither.
 	Pending int
-	// DueNow counts those due at the now Stats was given (overdue ones included).
+	// DueNow counts those due at the now Stats was given (overdue ones included), parked ones
+	// left out.
 	DueNow int
-	// Claimed counts those a poller holds at now: they are being delivered.
+	// Claimed counts those a poller holds at now: they are being delivered. Parked ones are
+	// left out.
 	Claimed int
+	// Parked counts those set aside by Parker.Park: they wait for an operator.
+	Parked int
 	// Earliest is the due time of the earliest stored timeout (the oldest overdue one, when
 	// DueNow is not 0); zero when Pending is 0.
 	Earliest time.Time
@@ -207,6 +216,8 @@ type ListOptions struct {
 	// DueFrom and DueBefore, when not zero, list only timeouts due at or after DueFrom and
 	// before DueBefore.
 	DueFrom, DueBefore time.Time
+	// Parked, when true, lists only parked timeouts (see Parker).
+	Parked bool
 	// After, when its ID is set, starts the page after the timeout with that due time and id in
 	// List's order (due time, then id): pass the last timeout of the previous page. Paging so is
 	// stable while timeouts come and go: none is listed twice, and none that stays pending while
