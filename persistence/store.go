@@ -250,7 +250,8 @@ var HiddenFrom = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)
 // Handover is implemented by stores whose timeouts can be handed over to another delayed-delivery
 // mechanism (RabbitMQ's native delay) while timeout managers keep running on them: `timeoutmill
 // migrate` hides a batch, sends it, then removes it. Peek, Remove and Cancel work on hidden
-// timeouts as on any other.
+// timeouts as on any other. Parked timeouts (see Parker) are neither
+// surveyed nor hidden: they stay in the store for an operator.
 type Handover interface {
 	// Survey describes the timeouts due at or after from (MinDue for all).
 	Survey(ctx context.Context, from time.Time) (Survey, error)
