@@ -15,7 +15,7 @@ var _ persistence.Handover = (*Store)(nil)
 
 // hidden reports whether e is claimed until persistence.HiddenFrom or later.
 func (e *entry) hidden() bool {
-	return !e.availableAt.Before(persistence.HiddenFrom) && !e.availableAt.Equal(e.timeout.Due)
+	return !e.parked() && !e.availableAt.Before(persistence.HiddenFrom) && !e.availableAt.Equal(e.timeout.Due)
 }
 
 // Survey describes the timeouts due at or after from.
@@ -26,7 +26,7 @@ func (s *Store) Survey(ctx context.Context, from time.Time) (persistence.Survey,
 	defer s.mu.Unlock()
 	sv := persistence.Survey{Destinations: map[string]int{}}
 	for _, e := range s.byID {
-		if e.timeout.Due.Before(from) {
+		if e.timeout.Due.Before(from) || e.parked() {
 			continue
 		}
 		sv.Count++
@@ -52,6 +52,9 @@ func (s *Store) Hide(ctx context.Context, now, from time.Time, limit int, mark t
 	}
 	var eligible []*entry
 	for _, e := range s.byID {
+		if e.parked() {
+			continue
+		}
 		free := e.availableAt.Equal(e.timeout.Due) || !e.availableAt.After(now)
 		abandoned := e.hidden() && !e.availableAt.Equal(mark)
 		if free && !e.timeout.Due.Before(from) || abandoned {
@@ -65,6 +68,7 @@ func (s *Store) Hide(ctx context.Context, now, from time.Time, limit int, mark t
 	out := make([]persistence.Timeout, len(eligible))
 	for i, e := range eligible {
 		e.availableAt = mark.UTC()
+		e.claimedBy = ""
 		heap.Fix(&s.queue, e.index)
 		out[i] = clone(e.timeout)
 	}
@@ -82,7 +86,7 @@ func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
 	defer s.mu.Unlock()
 	n := 0
 	for _, id := range ids {
-		if e, ok := s.byID[id]; ok {
+		if e, ok := s.byID[id]; ok && !e.parked() {
 			e.availableAt = e.timeout.Due
 			heap.Fix(&s.queue, e.index)
 			n++

@@ -21,14 +21,16 @@ type Store struct {
 	byID    map[string]*entry
 	byOwner map[string]map[string]struct{}
 	byKey   map[string]string // key -> id of the timeout that holds it
-	queue   claimQueue
+	queue   claimQueue        // every timeout that is not parked
+	held    map[string]bool   // instance names taken by HoldInstance
 	closed  bool
 }
 
 type entry struct {
 	timeout     persistence.Timeout
 	availableAt time.Time
-	index       int // position in the heap
+	index       int    // position in the heap; -1 while parked
+	claimedBy   string // the instance of ClaimDueAs that claimed it last, "" for none
 }
 
 var (
@@ -42,6 +44,7 @@ func New() *Store {
 		byID:    make(map[string]*entry),
 		byOwner: make(map[string]map[string]struct{}),
 		byKey:   make(map[string]string),
+		held:    make(map[string]bool),
 	}
 }
 
@@ -105,6 +108,11 @@ func (s *Store) Next(ctx context.Context) (time.Time, bool, error) {
 
 // ClaimDue claims up to limit timeouts claimable at now, earliest first.
 func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
+	return s.claim(ctx, "", now, limit, lease)
+}
+
+// claim claims up to limit timeouts claimable at now for by ("" for no instance).
+func (s *Store) claim(ctx context.Context, by string, now time.Time, limit int, lease time.Duration) ([]string, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -118,6 +126,7 @@ func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease ti
 	for i, e := range claimed {
 		ids[i] = e.timeout.ID
 		e.availableAt = until
+		e.claimedBy = by
 		heap.Push(&s.queue, e)
 	}
 	return ids, nil
@@ -193,11 +202,16 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (persistence.Stats, er
 		if due.After(st.Latest) {
 			st.Latest = due
 		}
-		if !due.After(now) {
-			st.DueNow++
-		}
-		if !e.pending(now) {
+		switch {
+		case e.parked():
+			st.Parked++
+		case !e.pending(now):
 			st.Claimed++
+			fallthrough
+		default:
+			if !due.After(now) {
+				st.DueNow++
+			}
 		}
 		st.ByDestination[e.timeout.Destination]++
 	}
@@ -241,6 +255,7 @@ func matches(t persistence.Timeout, o persistence.ListOptions) bool {
 	case o.Owner != "" && t.Owner != o.Owner,
 		o.Destination != "" && t.Destination != o.Destination,
 		o.Key != "" && t.Key != o.Key,
+		o.Parked && t.Parked == "",
 		!o.DueFrom.IsZero() && t.Due.Before(o.DueFrom),
 		!o.DueBefore.IsZero() && !t.Due.Before(o.DueBefore):
 		return false
@@ -266,7 +281,9 @@ func (s *Store) delete(id string) bool {
 		return false
 	}
 	delete(s.byID, id)
-	heap.Remove(&s.queue, e.index)
+	if !e.parked() {
+		heap.Remove(&s.queue, e.index)
+	}
 	if owner := e.timeout.Owner; owner != "" {
 		delete(s.byOwner[owner], id)
 		if len(s.byOwner[owner]) == 0 {

@@ -10,9 +10,10 @@ import (
 
 var _ persistence.Scheduler = (*Store)(nil)
 
-// pending reports whether no poller holds e at now: it was never claimed, or its lease ran out.
+// pending reports whether no poller holds e at now and it is not parked: it was never claimed,
+// or its lease ran out.
 func (e *entry) pending(now time.Time) bool {
-	return e.availableAt.Equal(e.timeout.Due) || !e.availableAt.After(now)
+	return !e.parked() && (e.availableAt.Equal(e.timeout.Due) || !e.availableAt.After(now))
 }
 
 // Schedule keeps t and resolves its key by policy against the pending timeout that holds it.
@@ -35,7 +36,7 @@ func (s *Store) Schedule(ctx context.Context, t persistence.Timeout, now time.Ti
 		if holder, ok := s.byKey[t.Key]; ok {
 			e := s.byID[holder]
 			switch {
-			case !e.pending(now): // being delivered: it keeps no key
+			case !e.pending(now): // being delivered, or parked: it keeps no key
 				e.timeout.Key = ""
 				delete(s.byKey, t.Key)
 			case policy == persistence.KeyKeep:
