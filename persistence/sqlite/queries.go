@@ -17,7 +17,7 @@ type queries struct {
 	// name. addParked adds them to an older table.
 	hasParked string
 	addParked []string
-	core             sqlstore.Queries
+	core      sqlstore.Queries
 }
 
 // newQueries builds the SQL for a table whose name passed validateTable. The lease uses the
