@@ -290,5 +290,9 @@ func (h *connHold) release() error {
 	defer cancel()
 	// Unlocked first, so that the name is free when release returns rather than when the server
 	// notices the connection closed.
-	return errors.Join(h.lock.Unlock(ctx, h.conn), discard(h.conn))
+	err := h.lock.Unlock(ctx, h.conn)
+	if err != nil && h.conn.PingContext(ctx) != nil {
+		err = nil // the session is gone, and its lock with it
+	}
+	return errors.Join(err, discard(h.conn))
 }
