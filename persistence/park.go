@@ -58,7 +58,8 @@ type Claimer interface {
 	// Handover.Hide record no holder.
 	ClaimDueAs(ctx context.Context, instance string, now time.Time, limit int, lease time.Duration) ([]string, error)
 	// ReleaseClaimsOf makes every timeout whose claim instance holds claimable again from its
-	// due time, as Releaser.Release does, and returns how many it released. Hidden and parked
-	// timeouts are left as they are.
+	// due time, as Releaser.Release does, and returns how many it released. A claim given back
+	// (Release) or, once its lease ran out, taken by another ClaimDue or ClaimDueAs is no longer
+	// the instance's. Hidden and parked timeouts are left as they are.
 	ReleaseClaimsOf(ctx context.Context, instance string) (int, error)
 }

@@ -1,0 +1,58 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/timeoutmill/timeoutmill/internal/testenv"
+	"github.com/timeoutmill/timeoutmill/persistence"
+)
+
+// TestHoldLostWithItsSession: when the server ends the session that holds an instance name (a
+// dead connection, an administrator's pg_terminate_backend), the name is free for another
+// process, and the first store's release still succeeds. Nothing else depends on the hold: no
+// timeout is lost.
+func TestHoldLostWithItsSession(t *testing.T) {
+	t.Parallel()
+	dsn, schema := testenv.PostgresSchema(t)
+	ctx := t.Context()
+	open := func() *Store {
+		store, err := Open(ctx, Config{DSN: dsn, Schema: schema, Endpoint: "orders"})
+		require.NoError(t, err)
+		require.NoError(t, store.SetupInfrastructure(ctx))
+		t.Cleanup(func() { require.NoError(t, store.Close()) })
+		return store
+	}
+	a, b := open(), open()
+	release, err := a.HoldInstance(ctx, "orders-1")
+	require.NoError(t, err)
+	_, err = b.HoldInstance(ctx, "orders-1")
+	require.ErrorIs(t, err, persistence.ErrInstanceInUse)
+
+	// End exactly the session holding this lock: the one-bigint key is split into classid (high
+	// 32 bits) and objid (low 32 bits), objsubid 1.
+	key := a.q.instanceLock("orders-1")
+	admin, err := sql.Open("pgx", dsn)
+	require.NoError(t, err)
+	defer admin.Close()
+	var ended int
+	require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*) FROM (
+	SELECT pg_terminate_backend(pid) FROM pg_locks
+	WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+		AND classid::bigint = ($1::bigint >> 32) & 4294967295 AND objid::bigint = $1::bigint & 4294967295
+) AS t`, key).Scan(&ended))
+	require.Equal(t, 1, ended, "one session held it")
+
+	// The server ends the session at once, but asynchronously: generous bounds, never a speed.
+	var taken func() error
+	require.Eventually(t, func() bool {
+		taken, err = b.HoldInstance(context.Background(), "orders-1")
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond, "the name is free once its session ended")
+	require.NoError(t, taken())
+	require.NoError(t, release(), "releasing a hold whose session ended is not an error")
+}
