@@ -13,12 +13,20 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-// TestParkedListReplayDelete parks timeouts in a PostgreSQL store as the dispatcher does, and
-// looks at, replays and deletes them with the commands.
+// TestParkedListReplayDelete parks timeouts in a store as the dispatcher does, and looks at,
+// replays and deletes them with the commands.
 func TestParkedListReplayDelete(t *testing.T) {
 	t.Parallel()
+	for name, newStore := range map[string]func(t *testing.T) cliStore{"sqlite": sqliteCLIStore, "postgres": postgresCLIStore} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testParkedCommands(t, newStore(t))
+		})
+	}
+}
+
+func testParkedCommands(t *testing.T, s cliStore) {
 	ctx := t.Context()
-	s := postgresCLIStore(t)
 	flags := []string{"--endpoint", s.endpoint, "--store", s.dsn}
 	store, err := connect.OpenStore(ctx, s.dsn, s.endpoint)
 	require.NoError(t, err)
