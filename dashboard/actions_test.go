@@ -35,7 +35,7 @@ func TestActionsAreRefusedWithoutTheToken(t *testing.T) {
 			t.Parallel()
 			b := setup(t, c.cfg)
 			b.schedule(t, "kept", "billing", time.Hour, "", "")
-			for _, action := range []string{"cancel", "deliver", "reschedule"} {
+			for _, action := range []string{"cancel", "deliver", "reschedule", "replay", "delete"} {
 				r := b.post(t, "/api/timeouts/kept/"+action, `{"in":"1m"}`, c.header)
 				requireError(t, r, c.status, c.code)
 				if c.status == http.StatusUnauthorized {

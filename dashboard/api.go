@@ -14,12 +14,14 @@ import (
 // timeoutJSON is a timeout in the API's bodies. Payload is set by GET /api/timeouts/{id} only:
 // PayloadText when the payload is UTF-8 text, PayloadBase64 otherwise.
 type timeoutJSON struct {
-	ID            string            `json:"id"`
-	Destination   string            `json:"destination"`
-	Due           time.Time         `json:"due"`
-	Owner         string            `json:"owner,omitempty"`
-	Key           string            `json:"key,omitempty"`
-	FailureCount  int               `json:"failure_count"`
+	ID           string    `json:"id"`
+	Destination  string    `json:"destination"`
+	Due          time.Time `json:"due"`
+	Owner        string    `json:"owner,omitempty"`
+	Key          string    `json:"key,omitempty"`
+	FailureCount int       `json:"failure_count"`
+	// ParkedReason is why the timeout was parked; absent when it is not parked.
+	ParkedReason  string            `json:"parked_reason,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
 	PayloadBytes  *int              `json:"payload_bytes,omitempty"`
 	PayloadText   *string           `json:"payload_text,omitempty"`
@@ -29,7 +31,7 @@ type timeoutJSON struct {
 func toJSON(t persistence.Timeout, withPayload bool) timeoutJSON {
 	j := timeoutJSON{
 		ID: t.ID, Destination: t.Destination, Due: t.Due.UTC(), Owner: t.Owner, Key: t.Key,
-		FailureCount: t.FailureCount, Metadata: t.Metadata,
+		FailureCount: t.FailureCount, Metadata: t.Metadata, ParkedReason: t.Parked,
 	}
 	if withPayload {
 		n := len(t.Payload)
@@ -78,7 +80,7 @@ func (s *server) list(r *http.Request, q query) (page []persistence.Timeout, nex
 	return page, next, nil
 }
 
-// apiList is GET /api/timeouts?owner=&key=&destination=&id=&due_from=&due_before=&limit=&after=.
+// apiList is GET /api/timeouts?owner=&key=&destination=&id=&due_from=&due_before=&parked=&limit=&after=.
 func (s *server) apiList(w http.ResponseWriter, r *http.Request) {
 	q, err := parseQuery(r)
 	if err != nil {
@@ -142,11 +144,14 @@ type actionJSON struct {
 const maxBody = 4096
 
 // apiAction is POST /api/timeouts/{id}/cancel, /reschedule (body {"at": ...} or {"in": ...})
-// and /deliver (now).
+// and /deliver (now); for a parked timeout, /replay (pending again, see Manager.Unpark) and
+// /delete (deleted, only if it is parked).
 func (s *server) apiAction(w http.ResponseWriter, r *http.Request) {
 	action := r.PathValue("action")
-	if action != "cancel" && action != "reschedule" && action != "deliver" {
-		writeError(w, http.StatusNotFound, codeNotFound, "no such action (cancel, reschedule, deliver)")
+	switch action {
+	case "cancel", "reschedule", "deliver", "replay", "delete":
+	default:
+		writeError(w, http.StatusNotFound, codeNotFound, "no such action (cancel, reschedule, deliver, replay, delete)")
 		return
 	}
 	if err := s.authorize(r); err != nil {
@@ -160,6 +165,10 @@ func (s *server) apiAction(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r)
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	if action == "replay" || action == "delete" {
+		s.parkedAction(w, r, id, action)
 		return
 	}
 	var ok bool
@@ -190,6 +199,37 @@ func (s *server) apiAction(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// parkedAction replays or deletes a parked timeout; one that is not parked is left as it is.
+func (s *server) parkedAction(w http.ResponseWriter, r *http.Request, id, action string) {
+	var (
+		ok  bool
+		err error
+	)
+	if action == "replay" {
+		var n int
+		n, err = s.m.Unpark(r.Context(), id)
+		ok = n == 1
+	} else {
+		var t persistence.Timeout
+		t, err = s.m.Get(r.Context(), id)
+		switch {
+		case errors.Is(err, persistence.ErrNotFound):
+			err = nil
+		case err == nil && t.Parked != "":
+			ok, err = s.m.Cancel(r.Context(), id)
+		}
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if !ok {
+		writeError(w, http.StatusConflict, codeNotParked, "the timeout is not parked: pending, delivered, cancelled, or never stored")
+		return
+	}
+	writeJSON(w, http.StatusOK, actionJSON{ID: id, Action: action})
 }
 
 func readReschedule(w http.ResponseWriter, r *http.Request) (time.Time, error) {

@@ -71,6 +71,25 @@ func TestBrowserActsThroughTheButtons(t *testing.T) {
 		return errors.Is(err, persistence.ErrNotFound)
 	}, 10*time.Second, 20*time.Millisecond)
 
+	// Parked timeouts: listed with their reason, replayed and deleted through their buttons.
+	b.park(t, "replay-me", refusal)
+	b.park(t, "delete-me", refusal)
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(srv.URL+"/?parked=true")))
+	parked, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS(`#parked`)))
+	require.NoError(t, err)
+	require.Equal(t, "2", parked)
+	result, err = browser.Act(tab, "replay-me", "replay", "")
+	require.NoError(t, err)
+	require.Contains(t, result, "Replayed replay-me")
+	got, err = b.manager.Get(context.Background(), "replay-me")
+	require.NoError(t, err)
+	require.Empty(t, got.Parked)
+	result, err = browser.Act(tab, "delete-me", "delete", "")
+	require.NoError(t, err)
+	require.Contains(t, result, "Deleted delete-me")
+	_, err = b.manager.Get(context.Background(), "delete-me")
+	require.ErrorIs(t, err, persistence.ErrNotFound)
+
 	// A wrong token shows the API's refusal in the dialog and changes nothing.
 	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(srv.URL+"/"), browser.SetToken("not-the-token-at-all")))
 	_, err = browser.Act(tab, "move-me", "cancel", "")

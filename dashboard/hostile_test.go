@@ -41,6 +41,7 @@ func TestHostileInputIsRefusedAndNeverReflected(t *testing.T) {
 		{"limit too large", "limit=100000000000000000000", "100000000000000000000"},
 		{"limit not a number", "limit=1;DROP TABLE timeouts", "DROP TABLE"},
 		{"bad time", "due_from=<b>now</b>", "<b>now</b>"},
+		{"parked not a boolean", "parked=<b>yes</b>", "<b>yes</b>"},
 	}
 	for _, c := range cases {
 		for _, path := range []string{"/api/timeouts", "/"} {
@@ -61,8 +62,10 @@ func TestHostileInputIsRefusedAndNeverReflected(t *testing.T) {
 			require.Equal(t, http.StatusBadRequest, r.status, "%.80s: %.300s", path, r.body)
 			require.NotContains(t, r.body, "BBBBBBBB")
 		}
-		r := b.post(t, "/api/timeouts/"+id+"/cancel", "", bearer(token))
-		requireError(t, r, http.StatusBadRequest, "invalid_request")
+		for _, action := range []string{"cancel", "replay", "delete"} {
+			r := b.post(t, "/api/timeouts/"+id+"/"+action, "", bearer(token))
+			requireError(t, r, http.StatusBadRequest, "invalid_request")
+		}
 	}
 	_, err := b.manager.Get(t.Context(), "kept")
 	require.NoError(t, err, "nothing hostile touched the store")

@@ -23,6 +23,7 @@ const (
 	codeActionsDisabled  = "actions_disabled"
 	codeNotFound         = "not_found"
 	codeNotPending       = "not_pending"
+	codeNotParked        = "not_parked"
 	codeMethodNotAllowed = "method_not_allowed"
 	codeUnsupported      = "unsupported"
 	codeUnavailable      = "unavailable"
@@ -61,6 +62,7 @@ const (
 type query struct {
 	ID, Owner, Key, Destination string
 	DueFrom, DueBefore          time.Time
+	Parked                      bool // only parked timeouts
 	Limit                       int
 	After                       persistence.Position
 }
@@ -69,7 +71,7 @@ type query struct {
 func (q query) listOptions() persistence.ListOptions {
 	return persistence.ListOptions{
 		Owner: q.Owner, Key: q.Key, Destination: q.Destination,
-		DueFrom: q.DueFrom, DueBefore: q.DueBefore, Limit: q.Limit, After: q.After,
+		DueFrom: q.DueFrom, DueBefore: q.DueBefore, Limit: q.Limit, After: q.After, Parked: q.Parked,
 	}
 }
 
@@ -87,6 +89,9 @@ func (q query) values() url.Values {
 	if !q.DueBefore.IsZero() {
 		v.Set("due_before", q.DueBefore.UTC().Format(time.RFC3339Nano))
 	}
+	if q.Parked {
+		v.Set("parked", "true")
+	}
 	if q.Limit != defaultPageSize {
 		v.Set("limit", strconv.Itoa(q.Limit))
 	}
@@ -95,7 +100,7 @@ func (q query) values() url.Values {
 
 // Filters is true when q narrows the list.
 func (q query) Filters() bool {
-	return q.ID != "" || q.Owner != "" || q.Key != "" || q.Destination != "" || !q.DueFrom.IsZero() || !q.DueBefore.IsZero()
+	return q.ID != "" || q.Owner != "" || q.Key != "" || q.Destination != "" || !q.DueFrom.IsZero() || !q.DueBefore.IsZero() || q.Parked
 }
 
 // parseQuery reads the filters of a list request. It refuses parameters it does not know,
@@ -135,8 +140,16 @@ func parseQuery(r *http.Request) (query, error) {
 			}
 		case "after":
 			q.After, err = parseCursor(v)
+		case "parked":
+			switch v {
+			case "true":
+				q.Parked = true
+			case "false":
+			default:
+				err = badRequest("parked must be true or false")
+			}
 		default:
-			return query{}, badRequest("unknown query parameter (known: id, owner, key, destination, due_from, due_before, limit, after)")
+			return query{}, badRequest("unknown query parameter (known: id, owner, key, destination, due_from, due_before, parked, limit, after)")
 		}
 		if err != nil {
 			return query{}, err

@@ -18,6 +18,8 @@ type overview struct {
 	Pending  int       `json:"pending"`
 	DueNow   int       `json:"due_now"`
 	Claimed  int       `json:"claimed"`
+	// Parked counts the pending timeouts that are parked: they wait for an operator.
+	Parked int `json:"parked"`
 	// Earliest and Latest are the due times of the earliest and latest pending timeouts.
 	Earliest *time.Time `json:"earliest,omitempty"`
 	Latest   *time.Time `json:"latest,omitempty"`
@@ -63,11 +65,13 @@ type ownerCounts struct {
 }
 
 type dispatchCounts struct {
-	Stored     uint64            `json:"stored"`
-	Dispatched uint64            `json:"dispatched"`
-	Early      uint64            `json:"early"`
-	Lateness   []latenessBucket  `json:"lateness"`
-	Failures   map[string]uint64 `json:"failures"`
+	Stored     uint64 `json:"stored"`
+	Dispatched uint64 `json:"dispatched"`
+	Early      uint64 `json:"early"`
+	// Parked counts the timeouts parked since the manager started.
+	Parked   uint64            `json:"parked"`
+	Lateness []latenessBucket  `json:"lateness"`
+	Failures map[string]uint64 `json:"failures"`
 }
 
 type latenessBucket struct {
@@ -128,7 +132,7 @@ func (s *server) overview(ctx context.Context) (overview, error) {
 		return overview{}, err
 	}
 	o := overview{
-		Endpoint: s.m.Activity().Endpoint, Now: now.UTC(), Pending: st.Pending, DueNow: st.DueNow, Claimed: st.Claimed,
+		Endpoint: s.m.Activity().Endpoint, Now: now.UTC(), Pending: st.Pending, DueNow: st.DueNow, Claimed: st.Claimed, Parked: st.Parked,
 		Sampled: len(sample), Partial: len(sample) >= s.cfg.SampleSize && st.Pending > len(sample),
 	}
 	if st.Pending > 0 {
@@ -156,7 +160,7 @@ func (s *server) overview(ctx context.Context) (overview, error) {
 	o.ByOwner.Complete = !o.Partial
 
 	a := s.m.Activity()
-	o.Dispatch = dispatchCounts{Stored: a.Stored, Dispatched: a.Dispatched, Early: a.Early, Failures: a.Failures}
+	o.Dispatch = dispatchCounts{Stored: a.Stored, Dispatched: a.Dispatched, Early: a.Early, Parked: a.Parked, Failures: a.Failures}
 	for _, b := range a.Lateness {
 		o.Dispatch.Lateness = append(o.Dispatch.Lateness, latenessBucket{UpTo: b.UpTo.Seconds(), Count: b.Count})
 	}

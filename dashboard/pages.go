@@ -51,10 +51,12 @@ type timeoutData struct {
 
 type namedValue struct{ Name, Value string }
 
-// actionButtons is what the "actions" template gets: the buttons of one timeout, if On.
+// actionButtons is what the "actions" template gets: the buttons of one timeout, if On; a
+// parked one's are replay and delete.
 type actionButtons struct {
-	On bool
-	ID string
+	On     bool
+	ID     string
+	Parked bool
 }
 
 // row is a timeout as the pages show it.
@@ -64,6 +66,7 @@ type row struct {
 	DueText, Relative                 string
 	Overdue                           bool
 	Failures                          int
+	Parked                            string // why it was parked; "" when it is not
 }
 
 func toRow(base string, t persistence.Timeout, now time.Time) row {
@@ -75,7 +78,7 @@ func toRow(base string, t persistence.Timeout, now time.Time) row {
 	return row{
 		ID: t.ID, Href: base + "timeouts/" + url.PathEscape(t.ID), Destination: t.Destination, Owner: t.Owner, Key: t.Key,
 		Due: t.Due.UTC(), DueText: t.Due.UTC().Format("2006-01-02 15:04:05.000"), Relative: rel, Overdue: d <= 0,
-		Failures: t.FailureCount,
+		Failures: t.FailureCount, Parked: t.Parked,
 	}
 }
 
@@ -202,7 +205,7 @@ var templateFuncs = template.FuncMap{
 	"pct64":   func(n, of uint64) int { return pct(int(n), int(of)) },
 	"sum":     sum,
 	"ptrTime": func(t *time.Time) time.Time { return *t },
-	"act":     func(on bool, id string) actionButtons { return actionButtons{On: on, ID: id} },
+	"act":     func(on bool, r row) actionButtons { return actionButtons{On: on, ID: r.ID, Parked: r.Parked != ""} },
 }
 
 func pct(n, of int) int {

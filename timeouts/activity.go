@@ -17,6 +17,9 @@ type Activity struct {
 	// Stored counts the delayed messages stored; Dispatched those forwarded to their
 	// destination; Early those forwarded before their due time (it should stay 0).
 	Stored, Dispatched, Early uint64
+	// Parked counts the timeouts parked: their forward and their error-queue copy were both
+	// refused (see Manager.Unpark). How many are parked now is in Manager.Stats.
+	Parked uint64
 	// Lateness counts the forwarded messages by how late they were (forwarding time minus due
 	// time), in ascending buckets; the last one, with UpTo 0, counts those later than every
 	// other bucket's UpTo.
@@ -54,6 +57,7 @@ func (m *Manager) Activity() Activity {
 	a.Stored = counterValue(m.metrics.stored)
 	a.Dispatched = counterValue(m.metrics.dispatched)
 	a.Early = counterValue(m.metrics.early)
+	a.Parked = counterValue(m.metrics.parked)
 	for _, stage := range []string{"fetch", "store", "dispatch", "recovery"} {
 		a.Failures[stage] = counterValue(m.metrics.failures.WithLabelValues(stage))
 	}

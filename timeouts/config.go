@@ -56,7 +56,12 @@ type Config struct {
 	Endpoint string
 	// Store keeps the timeouts. Required. If it implements persistence.Installer, its
 	// SetupInfrastructure runs when the router starts the manager, before the satellites handle
-	// anything (see Manager.Ready), unless SkipInfrastructureSetup is set.
+	// anything (see Manager.Ready), unless SkipInfrastructureSetup is set. If it implements
+	// persistence.Parker (every store of this module does), a due timeout whose forward and whose
+	// error-queue copy are both refused for the message's sake (one larger than the broker takes)
+	// is parked with the reason, to be replayed (Manager.Unpark) or cancelled by an operator; with
+	// a store that does not, it is retried at the dispatch breaker's pace until
+	// TimeToTriggerDispatchCircuitBreaker raises a critical error.
 	Store persistence.Store
 	// Publisher sends due messages to their destinations, ids to the dispatcher queue and
 	// failures to the error queue. Required.

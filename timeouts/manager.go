@@ -146,6 +146,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		NumberOfRetries: config.NumberOfRetries,
 		RecoveryBreaker: recoveryBreaker,
 		OnDispatched:    m.onDispatched,
+		OnParked:        m.onParked,
 		Forwarder:       config.Forwarder,
 		Stopping:        m.stop.stopping,
 		Interrupted:     m.stop.interrupted,

@@ -19,6 +19,7 @@ type metrics struct {
 	early      prometheus.Counter
 	lateness   prometheus.Histogram
 	failures   *prometheus.CounterVec
+	parked     prometheus.Counter
 }
 
 // latenessBuckets span a millisecond to ten minutes: the pipeline's own precision up to a
@@ -44,11 +45,14 @@ func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.St
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "timeoutmill_failures_total", Help: "Failures by stage (fetch, store, dispatch).", ConstLabels: labels,
 		}, []string{"stage"}),
+		parked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "timeoutmill_timeouts_parked_total", Help: "Timeouts parked: their forward and their error-queue copy were both refused.", ConstLabels: labels,
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	collectors := []prometheus.Collector{m.stored, m.dispatched, m.early, m.lateness, m.failures}
+	collectors := []prometheus.Collector{m.stored, m.dispatched, m.early, m.lateness, m.failures, m.parked}
 	for i, b := range breakers {
 		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "timeoutmill_circuit_breaker_armed", Help: "1 while a stage is failing and its breaker counts down to a critical error.",
@@ -56,17 +60,7 @@ func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.St
 		}, func() float64 { return boolGauge(b.Armed()) }))
 	}
 	if inspector, ok := store.(persistence.Inspector); ok {
-		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "timeoutmill_timeouts_pending", Help: "Timeouts in the store (-1 when the store cannot be read).", ConstLabels: labels,
-		}, func() float64 {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			st, err := inspector.Stats(ctx, time.Now())
-			if err != nil {
-				return -1
-			}
-			return float64(st.Pending)
-		}))
+		collectors = append(collectors, newStoreGauges(inspector, labels))
 	}
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
@@ -95,6 +89,12 @@ func (m *metrics) onDispatched(t persistence.Timeout, at time.Time) {
 	m.lateness.Observe(late.Seconds())
 }
 
+func (m *metrics) onParked() {
+	if m != nil {
+		m.parked.Inc()
+	}
+}
+
 func (m *metrics) onFailure(stage string) {
 	if m != nil {
 		m.failures.WithLabelValues(stage).Inc()
@@ -106,4 +106,35 @@ func boolGauge(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// storeGauges exports what the store holds, from one Inspector.Stats per scrape: the pending
+// timeouts and, among them, the parked ones.
+type storeGauges struct {
+	inspector       persistence.Inspector
+	pending, parked *prometheus.Desc
+}
+
+func newStoreGauges(inspector persistence.Inspector, labels prometheus.Labels) *storeGauges {
+	return &storeGauges{
+		inspector: inspector,
+		pending:   prometheus.NewDesc("timeoutmill_timeouts_pending", "Timeouts in the store, parked ones included (-1 when the store cannot be read).", nil, labels),
+		parked:    prometheus.NewDesc("timeoutmill_timeouts_parked", "Parked timeouts in the store, waiting for an operator (-1 when the store cannot be read).", nil, labels),
+	}
+}
+
+func (g *storeGauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- g.pending
+	ch <- g.parked
+}
+
+func (g *storeGauges) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pending, parked := -1.0, -1.0
+	if st, err := g.inspector.Stats(ctx, time.Now()); err == nil {
+		pending, parked = float64(st.Pending), float64(st.Parked)
+	}
+	ch <- prometheus.MustNewConstMetric(g.pending, prometheus.GaugeValue, pending)
+	ch <- prometheus.MustNewConstMetric(g.parked, prometheus.GaugeValue, parked)
 }

@@ -233,7 +233,8 @@ func (m *Manager) Reschedule(ctx context.Context, id string, at time.Time) (bool
 }
 
 // Get returns the stored timeout with that id, its message whole, or an error wrapping
-// persistence.ErrNotFound when none is stored (delivered, cancelled, or never scheduled).
+// persistence.ErrNotFound when none is stored (delivered, cancelled, or never scheduled). A
+// parked timeout has its reason in Parked (see Unpark).
 func (m *Manager) Get(ctx context.Context, id string) (persistence.Timeout, error) {
 	if err := checkID(id); err != nil {
 		return persistence.Timeout{}, err
@@ -248,7 +249,8 @@ func (m *Manager) Get(ctx context.Context, id string) (persistence.Timeout, erro
 // List returns a page of the stored timeouts, earliest due first, without their payloads: those
 // matching the filters of opts, after opts.After (pass the last timeout of the previous page as
 // persistence.Position{Due: t.Due, ID: t.ID}). Paging so is stable while timeouts come and go.
-// opts.Limit defaults to 100 and may be at most 10,000.
+// opts.Limit defaults to 100 and may be at most 10,000. opts.Parked lists only the parked
+// timeouts (see Unpark), each with its reason in Parked.
 func (m *Manager) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
 	ins, err := m.inspector()
 	if err != nil {
@@ -268,7 +270,7 @@ func (m *Manager) List(ctx context.Context, opts persistence.ListOptions) ([]per
 	return list, nil
 }
 
-// Stats counts the stored timeouts now: pending, due now, claimed, by destination, and the
+// Stats counts the stored timeouts now: pending, due now, claimed, parked, by destination, and the
 // earliest and latest due times. It reads the whole table: call it for people, not in a loop.
 func (m *Manager) Stats(ctx context.Context) (persistence.Stats, error) {
 	ins, err := m.inspector()

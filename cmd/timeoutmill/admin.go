@@ -71,8 +71,11 @@ type statsJSON struct {
 	MostOverdueSeconds float64 `json:"most_overdue_seconds"`
 	// DueNow counts the pending timeouts due at At; Claimed those a poller holds (being
 	// delivered); ByDestination the pending timeouts of each destination.
-	DueNow        int            `json:"due_now"`
-	Claimed       int            `json:"claimed"`
+	DueNow  int `json:"due_now"`
+	Claimed int `json:"claimed"`
+	// Parked counts the pending timeouts that are parked: they wait for an operator
+	// (timeoutmill parked list|replay|delete).
+	Parked        int            `json:"parked"`
 	ByDestination map[string]int `json:"by_destination"`
 }
 
@@ -92,7 +95,7 @@ func (c *statsCmd) Run(e *env) error {
 		out := statsJSON{
 			Endpoint: c.Endpoint, Store: connect.Redact(c.Store), At: formatJSONTime(now), Pending: st.Pending,
 			EarliestDue: formatJSONTime(st.Earliest), LatestDue: formatJSONTime(st.Latest),
-			DueNow: st.DueNow, Claimed: st.Claimed, ByDestination: st.ByDestination,
+			DueNow: st.DueNow, Claimed: st.Claimed, Parked: st.Parked, ByDestination: st.ByDestination,
 		}
 		if out.ByDestination == nil {
 			out.ByDestination = map[string]int{}
@@ -114,6 +117,11 @@ func (c *statsCmd) Run(e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "last due:     %s\n", describeDue(st.Latest, now))
 	fmt.Fprintf(e.stdout, "due now:      %d (%d being delivered)\n", st.DueNow, st.Claimed)
+	if st.Parked > 0 {
+		fmt.Fprintf(e.stdout, "parked:       %d (timeoutmill parked list)\n", st.Parked)
+	} else {
+		fmt.Fprintln(e.stdout, "parked:       0")
+	}
 	destinations := slices.SortedFunc(maps.Keys(st.ByDestination), func(a, b string) int { // busiest first
 		return cmp.Or(cmp.Compare(st.ByDestination[b], st.ByDestination[a]), cmp.Compare(a, b))
 	})
@@ -205,6 +213,19 @@ type timeoutJSON struct {
 	Key          string            `json:"key"`
 	FailureCount int               `json:"failure_count"`
 	Metadata     map[string]string `json:"metadata"`
+	// Parked is true for a parked timeout (timeoutmill parked list shows why).
+	Parked bool `json:"parked"`
+}
+
+func toTimeoutJSON(t persistence.Timeout) timeoutJSON {
+	md := t.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	return timeoutJSON{
+		ID: t.ID, Due: formatJSONTime(t.Due), Destination: t.Destination, Owner: t.Owner, Key: t.Key,
+		FailureCount: t.FailureCount, Metadata: md, Parked: t.Parked != "",
+	}
 }
 
 // Run lists pending timeouts.
@@ -225,14 +246,7 @@ func (c *listCmd) Run(e *env) error {
 	if c.JSON {
 		out := listJSON{Endpoint: c.Endpoint, Store: connect.Redact(c.Store), Timeouts: make([]timeoutJSON, 0, len(list))}
 		for _, t := range list {
-			md := t.Metadata
-			if md == nil {
-				md = map[string]string{}
-			}
-			out.Timeouts = append(out.Timeouts, timeoutJSON{
-				ID: t.ID, Due: formatJSONTime(t.Due), Destination: t.Destination, Owner: t.Owner, Key: t.Key,
-				FailureCount: t.FailureCount, Metadata: md,
-			})
+			out.Timeouts = append(out.Timeouts, toTimeoutJSON(t))
 		}
 		if next := nextPage(list, opts.Limit); next != "" {
 			out.Next = &next

@@ -41,6 +41,7 @@ type cli struct {
 	Cancel cancelCmd `cmd:"" help:"Cancel pending timeouts by id or by owner."`
 
 	Reschedule rescheduleCmd `cmd:"" help:"Move a pending timeout's due time, keeping its id and message (--at or --in)."`
+	Parked     parkedCmd     `cmd:"" help:"List, replay or delete the parked timeouts: those whose forward and error-queue copy were both refused."`
 
 	Native  nativeCmd  `cmd:"" help:"Set up and check RabbitMQ's native delay infrastructure (28 delay levels)."`
 	Migrate migrateCmd `cmd:"" help:"Move stored timeouts to RabbitMQ's native delay, while the timeout manager keeps running."`

@@ -92,6 +92,8 @@ func TestReadOnlyCommandsCreateNothing(t *testing.T) {
 			commands := [][]string{
 				{"stats"}, {"stats", "--json"}, {"list"}, {"list", "--json"}, {"list", "--owner", "o"},
 				{"cancel", "some-id"}, {"cancel", "--owner", "o"},
+				{"parked", "list"}, {"parked", "list", "--json"}, {"parked", "replay", "some-id"}, {"parked", "replay", "--all"},
+				{"parked", "delete", "some-id"}, {"parked", "delete", "--all"},
 				{"migrate", "--to", "rabbitmq-native", "--dry-run", "--transport", "amqp://guest:guest@127.0.0.1:1/"},
 			}
 			for _, command := range commands {
@@ -176,7 +178,7 @@ func TestJSONOutput(t *testing.T) {
 		}
 		return ks
 	}
-	statsKeys := []string{"endpoint", "store", "at", "pending", "earliest_due", "latest_due", "most_overdue_seconds", "due_now", "claimed", "by_destination"}
+	statsKeys := []string{"endpoint", "store", "at", "pending", "earliest_due", "latest_due", "most_overdue_seconds", "due_now", "claimed", "parked", "by_destination"}
 
 	code, stdout, stderr := timeoutmill(ctx, append([]string{"stats", "--json"}, flags...)...)
 	require.Equal(t, 0, code, stderr)
@@ -224,7 +226,7 @@ func TestJSONOutput(t *testing.T) {
 	timeouts := list["timeouts"].([]any)
 	require.Len(t, timeouts, 2)
 	first, second := timeouts[0].(map[string]any), timeouts[1].(map[string]any)
-	timeoutKeys := []string{"id", "due", "destination", "owner", "key", "failure_count", "metadata"}
+	timeoutKeys := []string{"id", "due", "destination", "owner", "key", "failure_count", "metadata", "parked"}
 	require.ElementsMatch(t, timeoutKeys, keys(first))
 	require.ElementsMatch(t, timeoutKeys, keys(second))
 	require.Equal(t, "overdue", first["id"], "earliest due first")
@@ -236,6 +238,7 @@ func TestJSONOutput(t *testing.T) {
 	require.Equal(t, "billing", first["destination"])
 	require.Equal(t, "", first["owner"])
 	require.InDelta(t, 0, first["failure_count"], 0)
+	require.Equal(t, false, first["parked"])
 	require.Equal(t, map[string]any{"trace": "abc", "ü": "\"q\""}, first["metadata"])
 	require.Equal(t, "order-1", second["owner"])
 	require.Equal(t, map[string]any{}, second["metadata"], "no headers: an empty object, not null")

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/internal/connloss"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -263,8 +264,8 @@ type forward struct {
 // a lone message being a batch of one. It looks them up with one PeekMany, then forwards them:
 // with the Forwarder in one ForwardMany, otherwise with one Publish per destination and one
 // RemoveMany. If a batch of many fails where failures are the timeout's own (a lookup, a
-// Forwarder's commit), each is dispatched alone through the same calls; a refused Publish counts
-// an attempt for each of its messages.
+// Forwarder's commit, a Publish refused other than by the connection), each is dispatched alone
+// through the same calls; a Publish that failed with the connection counts no attempt.
 func (d *Dispatch) dispatch(batch []*request[due]) {
 	first, again := firstOfEach(batch, func(x due) string { return x.id })
 	if len(again) > 0 {
@@ -330,6 +331,13 @@ func (d *Dispatch) lookUp(first []*request[due]) (found []forward, ok bool) {
 			r.finish(nil)
 			continue
 		}
+		if t.Parked != "" {
+			// Parked since it was announced (a redelivered announcement): it waits for an
+			// operator, and is not forwarded.
+			d.logger.Debug("Timeout parked; not forwarded", watermill.LogFields{"timeout_id": r.item.id})
+			r.finish(nil)
+			continue
+		}
 		if t.Due.After(now) {
 			// Not due here: rescheduled to later after its claim's lease ran out, or claimed by a
 			// poller whose clock runs ahead of this one's. Never early: it is given back, to be
@@ -368,7 +376,8 @@ func (d *Dispatch) notYetDue(ctx context.Context, reqs []*request[due]) {
 }
 
 // publishAndRemove publishes the forwards, one Publish per destination, then removes the
-// forwarded timeouts with one RemoveMany: at least once.
+// forwarded timeouts with one RemoveMany: at least once. A Publish of many that failed other than
+// with the connection is tried again message by message.
 func (d *Dispatch) publishAndRemove(found []forward) {
 	byDestination := map[string][]forward{}
 	var destinations []string
@@ -378,8 +387,11 @@ func (d *Dispatch) publishAndRemove(found []forward) {
 		}
 		byDestination[f.t.Destination] = append(byDestination[f.t.Destination], f)
 	}
-	var sent []forward
-	var failed sync.WaitGroup
+	var (
+		sent   []forward
+		alone  []*request[due]
+		failed sync.WaitGroup
+	)
 	for _, dest := range destinations {
 		fs := byDestination[dest]
 		msgs := make([]*message.Message, len(fs))
@@ -387,6 +399,18 @@ func (d *Dispatch) publishAndRemove(found []forward) {
 			msgs[i] = f.out
 		}
 		if err := d.cfg.Publisher.Publish(dest, msgs...); err != nil {
+			if len(fs) > 1 && !connloss.Is(err) && !d.stopping() {
+				// The broker may have refused one message of them (one larger than it takes,
+				// say): each is published again alone, so that the others are delivered and
+				// only the refused one counts an attempt, or ends on the error queue or parked.
+				// Those confirmed before the refusal are delivered twice: at least once.
+				d.logger.Debug("Publishing a batch of due messages failed; publishing them one by one",
+					watermill.LogFields{"count": len(fs), "destination": dest, "error": err.Error()})
+				for _, f := range fs {
+					alone = append(alone, f.req)
+				}
+				continue
+			}
 			// Each counts a failed attempt of its own, and waits out the breaker's delay on its
 			// own, as it would alone.
 			for _, f := range fs {
@@ -413,6 +437,7 @@ func (d *Dispatch) publishAndRemove(found []forward) {
 	for _, f := range sent {
 		f.req.finish(nil)
 	}
+	eachAlone(alone, d.dispatch)
 	failed.Wait()
 }
 

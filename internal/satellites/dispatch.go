@@ -3,6 +3,7 @@ package satellites
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -54,6 +55,9 @@ type DispatchConfig struct {
 	Forwarder Forwarder
 	// OnDispatched is told of each timeout delivered and when. Optional (metrics use it).
 	OnDispatched func(t persistence.Timeout, deliveredAt time.Time)
+	// OnParked is told of each timeout parked (see persistence.Parker): its forward and its
+	// error-queue copy were both refused. Optional (metrics use it).
+	OnParked func(t persistence.Timeout)
 	// Stopping reports whether the endpoint's stop has begun. A forward that fails then is the
 	// stop's doing: it is not counted as an attempt, never sends the message to the error queue,
 	// and nacks the dispatcher message, leaving the timeout in the store. Optional.
@@ -136,7 +140,7 @@ func (d *Dispatch) Queue() string { return d.queue }
 
 // Handle dispatches the timeouts whose ids msg carries, together with the ids of other messages
 // being handled at the same time. It acks msg (returns nil) once every id in it is forwarded,
-// known gone, or moved to the error queue; otherwise it nacks it, and the redelivery skips the
+// known gone, moved to the error queue or parked; otherwise it nacks it, and the redelivery skips the
 // ids already dispatched, which are gone from the store by then.
 func (d *Dispatch) Handle(msg *message.Message) error {
 	ids, err := dispatcherqueue.Decode(msg)
@@ -229,11 +233,50 @@ func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, ou
 	}
 	reason := fmt.Sprintf("forwarding to %q failed after %s: %v", t.Destination, plural(attempts, "attempt"), cause)
 	if err := d.cfg.ErrorQueue.Send(out, errorqueue.Failure{Reason: reason, Queue: d.queue, Handler: d.Name(), Attempts: attempts}); err != nil {
+		if parker, ok := d.cfg.Store.(persistence.Parker); ok && d.parkable(err) {
+			return d.park(ctx, parker, t, attempts, cause, err)
+		}
 		// The broker is likely down for both: retry at the breaker's pace, not at once.
 		d.cfg.Breaker.Failure(ctx, err)
 		return err
 	}
 	d.remove(msg, t.ID)
+	return nil
+}
+
+// parkable reports whether a refused error-queue copy says the message itself cannot go, rather
+// than that the road is out: not the connection's failure, not a context's (a cancellation or a
+// deadline is transient, and retried), and not during the endpoint's stop.
+func (d *Dispatch) parkable(err error) bool {
+	return !connloss.Is(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !d.stopping()
+}
+
+// park sets aside a timeout whose forward was refused, and whose error-queue copy was refused
+// too (a message larger than the broker takes, say): retried, it would fail the same way until
+// the dispatch breaker stopped the endpoint. Parked, it stays in the store with the reason, is
+// never claimed again until an operator unparks it, and its announcement is acked; the breaker
+// is not told of a failure. If parking fails, the message is nacked and retried at the
+// breaker's pace, counted as a failure as before parking existed.
+func (d *Dispatch) park(ctx context.Context, parker persistence.Parker, t persistence.Timeout, attempts int, cause, sendErr error) error {
+	reason := fmt.Sprintf("forwarding to %q failed after %s: %v; the error queue %q refused its copy too: %v",
+		t.Destination, plural(attempts, "attempt"), cause, d.cfg.ErrorQueue.Topic(), sendErr)
+	found, err := parker.Park(ctx, t.ID, reason)
+	if err != nil {
+		d.logger.Error("Parking an unforwardable timeout failed; will retry", err, watermill.LogFields{"timeout_id": t.ID})
+		d.cfg.Breaker.Failure(ctx, err)
+		return fmt.Errorf("parking timeout %s (%s): %w", t.ID, reason, err)
+	}
+	if !found {
+		return nil // removed or cancelled meanwhile
+	}
+	d.logger.Error("Timeout parked: neither its destination nor the error queue accepts its message", errors.New(reason),
+		watermill.LogFields{"timeout_id": t.ID, "destination": t.Destination, "attempts": attempts})
+	if d.cfg.OnParked != nil {
+		d.cfg.OnParked(t)
+	}
+	// The timeout is dealt with: the failed attempts that led here must not trip the breaker of
+	// an endpoint that has nothing else to deliver.
+	d.cfg.Breaker.Success()
 	return nil
 }
 

@@ -38,8 +38,10 @@
     cancel: ["Cancel timeout", "It is deleted and never delivered.", "Cancel it"],
     deliver: ["Deliver now", "It is delivered to its destination now instead of at its due time.", "Deliver now"],
     reschedule: ["Reschedule timeout", "It keeps its id and message; only its due time moves.", "Reschedule"],
+    replay: ["Replay parked timeout", "It is pending again and delivered at once; if its cause is not fixed, it parks again.", "Replay"],
+    delete: ["Delete parked timeout", "It is deleted and never delivered.", "Delete it"],
   };
-  const done = { cancel: "Cancelled", deliver: "Delivering now:", reschedule: "Rescheduled" };
+  const done = { cancel: "Cancelled", deliver: "Delivering now:", reschedule: "Rescheduled", replay: "Replayed", delete: "Deleted" };
 
   function rowsOf(id) {
     return Array.from(document.querySelectorAll("[data-row-id]")).filter(function (el) { return el.dataset.rowId === id; });
@@ -86,11 +88,11 @@
 
   function applied(action, id, data) {
     rowsOf(id).forEach(function (el) {
-      if (action === "cancel" || action === "deliver") {
+      if (action === "cancel" || action === "deliver" || action === "replay" || action === "delete") {
         el.classList.add("gone");
         el.querySelectorAll("button.act").forEach(function (btn) { btn.disabled = true; });
         const rel = el.querySelector(".rel");
-        if (rel) rel.textContent = action === "cancel" ? "cancelled" : "delivering";
+        if (rel) rel.textContent = { cancel: "cancelled", deliver: "delivering", replay: "replayed", delete: "deleted" }[action];
       } else if (data.due) {
         el.classList.add("changed");
         const due = el.querySelector(".due-cell");

@@ -1,0 +1,49 @@
+package timeouts
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/timeoutmill/timeoutmill/persistence"
+)
+
+// Unpark replays parked timeouts: those among ids that are parked (see persistence.Parker)
+// become pending again, due at their due time (at once, when it is past) with no failed attempt
+// counted, and it returns how many it unparked. Ids not stored, or not parked, are ignored. A
+// timeout parked because its message is larger than the broker takes parks again at its next
+// attempt: fix the cause first, or Cancel it. List with persistence.ListOptions{Parked: true}
+// finds the parked ones, with their reason in Timeout.Parked.
+//
+// It returns an error wrapping persistence.ErrUnsupported when the store does not implement
+// persistence.Parker.
+func (m *Manager) Unpark(ctx context.Context, ids ...string) (int, error) {
+	parker, ok := m.cfg.Store.(persistence.Parker)
+	if !ok {
+		return 0, fmt.Errorf("%w: the store (%T) does not implement persistence.Parker", persistence.ErrUnsupported, m.cfg.Store)
+	}
+	for _, id := range ids {
+		if err := checkID(id); err != nil {
+			return 0, err
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := parker.Unpark(ctx, ids)
+	if err != nil {
+		return 0, fmt.Errorf("unparking %d timeout(s): %w", len(ids), err)
+	}
+	if n > 0 {
+		m.logger.Info("Parked timeouts replayed", watermill.LogFields{"count": n})
+		m.poller.wake(time.Now())
+	}
+	return n, nil
+}
+
+// onParked is told of each timeout the dispatch satellite parked.
+func (m *Manager) onParked(persistence.Timeout) {
+	m.metrics.onParked()
+}
