@@ -122,25 +122,16 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 	p.fetch.Success()
 	if len(ids) == 0 {
 		<-p.slots
-	} else if now.After(time.Now()) {
-		// Claimed ahead: waiting for their due time is not announcing, and holds no slot.
-		<-p.slots
-		p.stop.claimed(ids, now.Add(p.lease))
-		p.announcing.Add(1)
-		go func() {
-			defer p.announcing.Done()
-			if p.waitDue(ctx, now) {
-				p.announceClaimed(ctx, ids, now)
-			} else {
-				p.stop.release(ids, "the stop came before they were due")
-			}
-		}()
 	} else {
 		p.stop.claimed(ids, now.Add(p.lease))
 		p.announcing.Add(1)
 		go func() {
 			defer p.announcing.Done()
 			defer func() { <-p.slots }()
+			if !p.waitDue(ctx, now) {
+				p.stop.release(ids, "the stop came before they were due")
+				return
+			}
 			p.announceClaimed(ctx, ids, now)
 		}()
 		if len(ids) == p.batch {
@@ -181,8 +172,8 @@ func (p *poller) sleepUntil(ctx context.Context, at time.Time) time.Time {
 	return time.Time{}
 }
 
-// waitDue waits until due, the time ids claimed ahead are due at. It returns false when ctx ends
-// first: the stop came before they were due.
+// waitDue waits until due, the time ids claimed ahead are due at (at once for ids claimed when
+// due). It returns false when ctx ends first: the stop came before they were due.
 func (p *poller) waitDue(ctx context.Context, due time.Time) bool {
 	d := time.Until(due)
 	if d <= 0 {
