@@ -1,6 +1,7 @@
 package satellites
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,15 +21,19 @@ import (
 const DefaultMaxBatch = 256
 
 // maxBatchers bounds the batches a satellite handles at once: while one waits on the store or the
-// broker, the next gathers the messages that arrived meanwhile. A second batch starts only for
-// minParallelBatch waiting messages; fewer wait for the running batch, which takes no longer than
-// a small batch would, so that small batches do not multiply round trips. On a broker the
-// dispatch satellite's batches spend most of their time waiting for the confirms of their
-// forwards, so several wait side by side (make bench's backlog on RabbitMQ + PostgreSQL measures
-// the choice).
+// broker, the next gathers the messages that arrived meanwhile. In the store satellite a second
+// batch starts only for minParallelBatch waiting messages; fewer wait for the running batch,
+// which takes no longer than a small batch would, so that small batches do not multiply commits.
+// The dispatch satellite starts a batch for any waiting id (dispatchParallelBatch): a due message
+// held behind a running batch's confirms and removal is late by their length (make bench's
+// precision rows measured it), while a backlog's many-id messages form full batches either way.
+// On a broker the dispatch satellite's batches spend most of their time waiting for the confirms
+// of their forwards, so several wait side by side (make bench's backlog on RabbitMQ + PostgreSQL
+// measures the choice).
 const (
-	maxBatchers      = 8
-	minParallelBatch = 16
+	maxBatchers           = 8
+	minParallelBatch      = 16
+	dispatchParallelBatch = 1
 )
 
 // request is one item waiting for its batch: a message, or one id of a dispatcher message that
@@ -57,6 +62,9 @@ func (r *request[T]) finish(err error) { r.results <- result{index: r.index, err
 type batcher[T any] struct {
 	max    int
 	handle func(batch []*request[T])
+	// minParallel waiting items start a further batch beside running ones; 0 means
+	// minParallelBatch.
+	minParallel int
 
 	mu      sync.Mutex
 	queue   []*request[T] // waiting from queue[head] on
@@ -75,13 +83,14 @@ func (b *batcher[T]) do(items ...T) []error {
 	for i, item := range items {
 		b.queue = append(b.queue, &request[T]{item: item, index: i, results: results, lead: lead})
 	}
-	// One handler leads when none is running; another for each further minParallelBatch waiting
+	// One handler leads when none is running; another for each further minParallel waiting
 	// beyond what those running batches take, up to maxBatchers.
+	minParallel := cmp.Or(b.minParallel, minParallelBatch)
 	starts, waiting := 0, len(b.queue)-b.head
 	if b.running == 0 {
 		starts, waiting = 1, waiting-min(waiting, b.max)
 	}
-	for b.running+starts < maxBatchers && waiting >= minParallelBatch {
+	for b.running+starts < maxBatchers && waiting >= minParallel {
 		starts, waiting = starts+1, waiting-min(waiting, b.max)
 	}
 	b.running += starts

@@ -128,7 +128,7 @@ func NewDispatch(cfg DispatchConfig, logger watermill.LoggerAdapter) (*Dispatch,
 			d.forwarder = forwardEach{cfg.Forwarder}
 		}
 	}
-	d.batcher = &batcher[due]{max: cfg.MaxBatch, handle: d.dispatch}
+	d.batcher = &batcher[due]{max: cfg.MaxBatch, handle: d.dispatch, minParallel: dispatchParallelBatch}
 	return d, nil
 }
 
