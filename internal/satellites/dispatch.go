@@ -240,6 +240,9 @@ func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, ou
 		d.cfg.Breaker.Failure(ctx, err)
 		return err
 	}
+	// Handled: the retries counted before it must not trip the breaker on an endpoint that has
+	// nothing else to forward.
+	d.cfg.Breaker.Success()
 	d.remove(msg, t.ID)
 	return nil
 }

@@ -340,3 +340,20 @@ func TestUnforwardableTimeoutIsParkedThroughABatchForwarder(t *testing.T) {
 	require.Contains(t, parked.Parked, "PRECONDITION_FAILED", "the error queue's refusal")
 	require.False(t, b.breaker.Armed())
 }
+
+// A message moved to the error queue after its retries is handled: the failures counted on the
+// way there leave the dispatch breaker disarmed, as parking does.
+func TestMovingToTheErrorQueueDisarmsTheBreaker(t *testing.T) {
+	t.Parallel()
+	b := setupPark(t, time.Hour, func(c *satellites.DispatchConfig) { c.NumberOfRetries = 2 })
+	b.published.refuse("payments")
+	ids := b.storeDue(t, 1, 10, "payments")
+
+	for range 2 {
+		require.Error(t, b.dispatch.Handle(dispatcherqueue.NewMessage(ids[0])), "a retry: nacked")
+	}
+	require.True(t, b.breaker.Armed(), "the retries are counted")
+	require.NoError(t, b.dispatch.Handle(dispatcherqueue.NewMessage(ids[0])), "the third attempt moves it to the error queue")
+	require.False(t, b.breaker.Armed(), "moved to the error queue: handled")
+	require.Zero(t, b.parked.Load())
+}
