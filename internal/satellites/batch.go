@@ -61,6 +61,63 @@ type batcher[T any] struct {
 	queue   []*request[T] // waiting from queue[head] on
 	head    int
 	running int
+
+	busy busyKeys // the keys the running batches handle, for exclusive
+}
+
+// busyKeys are the keys batches running side by side are handling, each with a channel closed
+// when its batch is done with it.
+type busyKeys struct {
+	mu   sync.Mutex
+	keys map[string]chan struct{}
+}
+
+// exclusive handles batch with handle, never at the same time as another exclusive call of b
+// handles a request with the same key: a request whose key another batch holds waits for that
+// batch to be done with it, then is handled (a dispatch then finds its timeout gone). Two
+// announcements of one id that arrive together (a redelivery, or an id announced again after a
+// restart gave its claim back) are thus never forwarded side by side. handle must not itself wait
+// for another batch of b.
+func (b *batcher[T]) exclusive(batch []*request[T], key func(T) string, handle func(batch []*request[T])) {
+	for len(batch) > 0 {
+		var free, held []*request[T]
+		var wait []chan struct{}
+		mine := make(chan struct{})
+		var taken []string
+		b.busy.mu.Lock()
+		if b.busy.keys == nil {
+			b.busy.keys = map[string]chan struct{}{}
+		}
+		for _, r := range batch {
+			k := key(r.item)
+			if ch, ok := b.busy.keys[k]; ok {
+				held = append(held, r)
+				wait = append(wait, ch)
+				continue
+			}
+			b.busy.keys[k] = mine
+			taken = append(taken, k)
+			free = append(free, r)
+		}
+		b.busy.mu.Unlock()
+		func() {
+			defer func() {
+				b.busy.mu.Lock()
+				for _, k := range taken {
+					delete(b.busy.keys, k)
+				}
+				b.busy.mu.Unlock()
+				close(mine)
+			}()
+			if len(free) > 0 {
+				handle(free)
+			}
+		}()
+		for _, ch := range wait {
+			<-ch
+		}
+		batch = held
+	}
 }
 
 // do handles items with whatever else is waiting, and returns their results in their order.
@@ -259,20 +316,26 @@ type forward struct {
 	out *message.Message
 }
 
-// dispatch dispatches the timeouts of batch together: the one path of every dispatcher message,
-// a lone message being a batch of one. It looks them up with one PeekMany, then forwards them:
+// dispatch dispatches the timeouts of batch together, never at the same time as another batch
+// dispatches one of their ids (see batcher.exclusive).
+func (d *Dispatch) dispatch(batch []*request[due]) {
+	d.batcher.exclusive(batch, func(x due) string { return x.id }, d.dispatchBatch)
+}
+
+// dispatchBatch dispatches the timeouts of batch together: the one path of every dispatcher
+// message, a lone message being a batch of one. It looks them up with one PeekMany, then forwards them:
 // with the Forwarder in one ForwardMany, otherwise with one Publish per destination and one
 // RemoveMany. If a batch of many fails where failures are the timeout's own (a lookup, a
 // Forwarder's commit), each is dispatched alone through the same calls; a refused Publish counts
 // an attempt for each of its messages.
-func (d *Dispatch) dispatch(batch []*request[due]) {
+func (d *Dispatch) dispatchBatch(batch []*request[due]) {
 	first, again := firstOfEach(batch, func(x due) string { return x.id })
 	if len(again) > 0 {
-		defer d.dispatch(again) // they find their timeout gone
+		defer d.dispatchBatch(again) // they find their timeout gone
 	}
 	found, ok := d.lookUp(first)
 	if !ok {
-		eachAlone(first, d.dispatch)
+		eachAlone(first, d.dispatchBatch)
 		return
 	}
 	if len(found) == 0 {

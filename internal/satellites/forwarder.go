@@ -46,7 +46,7 @@ func (d *Dispatch) forwardMany(ctx context.Context, found []forward) {
 		for i, f := range found {
 			reqs[i] = f.req
 		}
-		eachAlone(reqs, d.dispatch)
+		eachAlone(reqs, d.dispatchBatch)
 		return
 	}
 	if err != nil {
