@@ -187,10 +187,11 @@ func (s *Store) maxIn(n int) int {
 	return max(n, 1)
 }
 
-// ScanTimeout reads id, destination, due, owner, payload, metadata, failure_count, key.
+// ScanTimeout reads id, destination, due, owner, payload, metadata, failure_count, key, parking
+// reason.
 func ScanTimeout(s *Store, rows interface{ Scan(...any) error }) (persistence.Timeout, error) {
 	r := s.newRow()
-	if err := rows.Scan(&r.t.ID, &r.t.Destination, &r.due, &r.t.Owner, &r.t.Payload, &r.metadata, &r.t.FailureCount, &r.t.Key); err != nil {
+	if err := rows.Scan(&r.t.ID, &r.t.Destination, &r.due, &r.t.Owner, &r.t.Payload, &r.metadata, &r.t.FailureCount, &r.t.Key, &r.t.Parked); err != nil {
 		return persistence.Timeout{}, err
 	}
 	if err := r.finish(); err != nil {

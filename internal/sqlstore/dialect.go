@@ -27,18 +27,19 @@ type Queries struct {
 	Store string
 	// Next selects the earliest available_at, or NULL.
 	Next string
-	// Claim moves up to limit claimable rows to until and returns their id and due: until,
-	// now, limit.
+	// Claim moves up to limit claimable rows to until, records by as their claiming instance
+	// (NULL for none), and returns their id and due: until, now, limit, by.
 	Claim string
 	// Peek selects destination, due, owner, payload, metadata, failure_count, key (empty for
-	// none): id.
+	// none), parking reason (empty for none): id.
 	Peek string
 	// Delete and IncrementFailureCount change one row: id.
 	Delete, IncrementFailureCount string
 	// CancelByOwner deletes the rows of a non-empty owner: owner.
 	CancelByOwner string
-	// Stats selects the count, how many are due at now, how many are claimed at now (both NULL
-	// for no rows), the earliest and the latest due time: now, now.
+	// Stats selects the count, how many are due at now and not parked, how many are claimed at
+	// now and not parked, how many are parked (these three NULL for no rows), the earliest and
+	// the latest due time: now, now.
 	Stats string
 	// StatsByDestination selects each destination and its count.
 	StatsByDestination string
@@ -59,23 +60,32 @@ type Queries struct {
 	// nothing, without failing the transaction, when the id or the key is taken (or fails with
 	// an error Dialect.IsDuplicate accepts): Store's parameters, then key.
 	Schedule string
-	// Reschedule moves the due time (and available_at) of one row pending at now: due, due, id,
-	// now.
+	// Reschedule moves the due time (and available_at) of one row pending at now and not
+	// parked: due, due, id, now.
 	Reschedule string
-	// Survey selects per destination its count, latest due and hidden count: hiddenFrom, from.
+	// Survey selects per destination its count, latest due and hidden count, parked rows left
+	// out: hiddenFrom, from.
 	Survey string
-	// Hide moves rows to mark and returns them whole: mark, from, from, now, hiddenFrom, mark,
-	// limit.
+	// Hide moves rows that are not parked to mark, records no claiming instance, and returns
+	// them whole: mark, from, from, now, hiddenFrom, mark, limit.
 	Hide string
-	// PeekIn (id and the columns of Peek), RemoveIn (returning the ids deleted) and ReleaseIn
-	// (available_at back to due) are made for n ids, bound by Dialect.IDArgs.
-	PeekIn, RemoveIn, ReleaseIn func(n int) string
+	// Park sets one row aside: available_at to parkedAt (persistence.MaxDue), the reason, no
+	// claiming instance and no key: parkedAt, reason, id.
+	Park string
+	// ReleaseClaimsOf moves the rows instance holds claimed (not parked, not hidden) back to
+	// their due time, with no claiming instance: instance, hiddenFrom.
+	ReleaseClaimsOf string
+	// PeekIn (id and the columns of Peek), RemoveIn (returning the ids deleted), ReleaseIn
+	// (available_at back to due and no claiming instance, parked rows left alone) and UnparkIn
+	// (parked rows back to due, failure count 0, no reason) are made for n ids, bound by
+	// Dialect.IDArgs.
+	PeekIn, RemoveIn, ReleaseIn, UnparkIn func(n int) string
 }
 
 // Parameter names of the statements, for dialects that bind by name.
 var (
 	storeParams  = []string{"id", "destination", "due", "due", "owner", "state", "headers", "failureCount"}
-	claimParams  = []string{"until", "now", "limit"}
+	claimParams  = []string{"until", "now", "limit", "by"}
 	idParams     = []string{"id"}
 	ownerParams  = []string{"owner"}
 	keyParams    = []string{"key"}
@@ -84,10 +94,12 @@ var (
 	reschParams  = []string{"due", "due", "id", "now"}
 	surveyParams = []string{"hiddenFrom", "from"}
 	hideParams   = []string{"mark", "from", "from", "now", "hiddenFrom", "mark", "limit"}
+	parkParams   = []string{"parkedAt", "reason", "id"}
+	heldParams   = []string{"instance", "hiddenFrom"}
 )
 
 // Dialect is what a backend tells the core about its database and its store. Only Name, DB,
-// Queries, Time and ReadTime are required.
+// Queries, Time, ReadTime and Hold are required.
 type Dialect struct {
 	// Name starts every error the store returns ("postgres").
 	Name string
@@ -147,20 +159,26 @@ type Dialect struct {
 	// around it, for a database that has no lock that ends with a transaction (Queries.KeyLock).
 	KeyTx func(ctx context.Context, key string, run func(ctx context.Context, q Querier) error) error
 	// Claim and Hide, when set, replace the statements of the same names; they need not sort
-	// what they return.
-	Claim func(ctx context.Context, now, until time.Time, limit int) ([]Claimed, error)
+	// what they return. Claim records by as the claiming instance, NULL when it is nil.
+	Claim func(ctx context.Context, now, until time.Time, limit int, by any) ([]Claimed, error)
 	Hide  func(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error)
+
+	// Hold takes instance, a valid instance name, on this store's table for the caller until
+	// release is called; held is false, and release nil, when another holder has it.
+	// HoldOnConn makes one from a server's session lock.
+	Hold func(ctx context.Context, instance string) (release func() error, held bool, err error)
 }
 
 // ListSQL is how List's statement is made: SELECT, the columns and table of From, the filters
 // set (each compares one of the columns named here with a parameter), ORDER BY due, id, and the
 // limit (LIMIT, or TOP when Top).
 type ListSQL struct {
-	// From lists id, destination, due, owner, metadata, failure_count, key (empty for none) and
-	// names the table: "id, ... FROM t".
+	// From lists id, destination, due, owner, metadata, failure_count, key (empty for none),
+	// parking reason (empty for none) and names the table: "id, ... FROM t".
 	From string
-	// The columns the filters and the order compare.
-	ID, Due, Owner, Destination, Key string
+	// The columns the filters and the order compare; Parked is the parking reason's, NULL for a
+	// timeout that is not parked.
+	ID, Due, Owner, Destination, Key, Parked string
 	// Top limits with SELECT TOP (n) (SQL Server) rather than LIMIT n.
 	Top bool
 	// TimeParam, when set, wraps a time parameter as the due column compares it.

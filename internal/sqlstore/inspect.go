@@ -25,13 +25,14 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (persistence.Stats, er
 	var (
 		st               persistence.Stats
 		dueNow, claimed  sql.NullInt64 // SUM of no rows is NULL
+		parked           sql.NullInt64
 		earliest, latest = s.timeValue(), s.timeValue()
 	)
-	err := queryRow(ctx, d.Reader, d.Queries.Stats, s.args(statsParams, at, at), &st.Pending, &dueNow, &claimed, earliest, latest)
+	err := queryRow(ctx, d.Reader, d.Queries.Stats, s.args(statsParams, at, at), &st.Pending, &dueNow, &claimed, &parked, earliest, latest)
 	if err != nil {
 		return persistence.Stats{}, fmt.Errorf("%s: stats: %w", d.Name, err)
 	}
-	st.DueNow, st.Claimed = int(dueNow.Int64), int(claimed.Int64)
+	st.DueNow, st.Claimed, st.Parked = int(dueNow.Int64), int(claimed.Int64), int(parked.Int64)
 	st.Earliest, st.Latest = earliest.t, latest.t
 	rows, err := d.Reader.QueryContext(ctx, d.Queries.StatsByDestination)
 	if err != nil {
@@ -79,7 +80,7 @@ func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persi
 	var list []persistence.Timeout
 	for rows.Next() {
 		r := s.newRow()
-		if err := rows.Scan(&r.t.ID, &r.t.Destination, &r.due, &r.t.Owner, &r.metadata, &r.t.FailureCount, &r.t.Key); err != nil {
+		if err := rows.Scan(&r.t.ID, &r.t.Destination, &r.due, &r.t.Owner, &r.metadata, &r.t.FailureCount, &r.t.Key, &r.t.Parked); err != nil {
 			return nil, fmt.Errorf("%s: list: %w", s.d.Name, err)
 		}
 		if err := r.finish(); err != nil {
@@ -122,6 +123,9 @@ func ListStatement(s *Store, opts persistence.ListOptions) (string, []any) {
 	}
 	if opts.Key != "" {
 		where = append(where, l.Key+" = "+b.bind("key", d.Text(opts.Key)))
+	}
+	if opts.Parked {
+		where = append(where, l.Parked+" IS NOT NULL")
 	}
 	if !opts.DueFrom.IsZero() {
 		where = append(where, l.Due+" >= "+timeParam("dueFrom", RoundUpMicro(opts.DueFrom)))

@@ -22,6 +22,7 @@ const defaultListLimit = 100
 // with the dialect's name.
 type Store struct {
 	d         Dialect
+	holds     holds
 	closeOnce sync.Once
 	// notOpened is the error of every call on a store no Open or New made.
 	notOpened error
@@ -138,6 +139,11 @@ func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease ti
 	if err := Opened(s); err != nil {
 		return nil, err
 	}
+	return s.claimDue(ctx, nil, now, limit, lease)
+}
+
+// claimDue claims for by, the bound instance name or nil for none.
+func (s *Store) claimDue(ctx context.Context, by any, now time.Time, limit int, lease time.Duration) ([]string, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -152,10 +158,10 @@ func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease ti
 		err    error
 	)
 	if s.d.Claim != nil {
-		claims, err = s.d.Claim(ctx, now, until, limit)
+		claims, err = s.d.Claim(ctx, now, until, limit, by)
 	} else {
 		err = s.write(ctx, false, func(ctx context.Context, q Querier) error {
-			claims, err = s.claim(ctx, q, now, until, limit)
+			claims, err = s.claim(ctx, q, now, until, limit, by)
 			return err
 		})
 	}
@@ -173,9 +179,9 @@ func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease ti
 	return ids, nil
 }
 
-func (s *Store) claim(ctx context.Context, q Querier, now, until time.Time, limit int) ([]Claimed, error) {
+func (s *Store) claim(ctx context.Context, q Querier, now, until time.Time, limit int, by any) ([]Claimed, error) {
 	d := &s.d
-	rows, err := q.QueryContext(ctx, d.Queries.Claim, s.args(claimParams, d.Time(until), d.Time(now), int64(limit))...)
+	rows, err := q.QueryContext(ctx, d.Queries.Claim, s.args(claimParams, d.Time(until), d.Time(now), int64(limit), by)...)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +218,7 @@ func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error
 	r := s.newRow()
 	r.t.ID = id
 	err := queryRow(ctx, s.d.Reader, s.d.Queries.Peek, s.args(idParams, s.d.Text(id)),
-		&r.t.Destination, &r.due, &r.t.Owner, &r.t.Payload, &r.metadata, &r.t.FailureCount, &r.t.Key)
+		&r.t.Destination, &r.due, &r.t.Owner, &r.t.Payload, &r.metadata, &r.t.FailureCount, &r.t.Key, &r.t.Parked)
 	if errors.Is(err, sql.ErrNoRows) {
 		return persistence.Timeout{}, fmt.Errorf("%w: %q", persistence.ErrNotFound, id)
 	}
@@ -290,15 +296,16 @@ func (s *Store) execOne(ctx context.Context, what, query, id string) (bool, erro
 	return n > 0, nil
 }
 
-// Close releases what the backend opened, once.
+// Close releases every name HoldInstance holds and what the backend opened, once.
 func (s *Store) Close() error {
 	if err := Opened(s); err != nil {
 		return err
 	}
 	var err error
 	s.closeOnce.Do(func() {
+		err = s.holds.releaseAll()
 		if s.d.Close != nil {
-			err = s.d.Close()
+			err = errors.Join(err, s.d.Close())
 		}
 	})
 	return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
@@ -23,7 +24,11 @@ func (s *Store) Park(ctx context.Context, id, reason string) (bool, error) {
 		return false, fmt.Errorf("%w: a parking reason is required", persistence.ErrInvalidTimeout)
 	}
 	if len(reason) > persistence.MaxParkReasonLength {
-		reason = reason[:persistence.MaxParkReasonLength]
+		cut := persistence.MaxParkReasonLength
+		for cut > 0 && !utf8.RuneStart(reason[cut]) { // cut on a character boundary
+			cut--
+		}
+		reason = reason[:cut]
 	}
 	if err := s.lock(ctx); err != nil {
 		return false, err

@@ -37,7 +37,7 @@ func (s *Store) hide(ctx context.Context, now, from time.Time, limit int, mark t
 		return nil, err
 	}
 	defer rows.Close()
-	args := []any{markText}
+	args := []any{markText, nil}
 	for rows.Next() {
 		t, err := sqlstore.ScanTimeout(s.core, rows)
 		if err != nil {

@@ -15,6 +15,8 @@ type queries struct {
 	// adds with its unique index.
 	tableExists string
 	addKey      string
+	// addParked adds the parking reason and the claiming instance to an older table.
+	addParked string
 	// claimSelect and hideSelect lock the rows a claim or a Hide then moves by id.
 	claimSelect, hideSelect string
 	table                   string
@@ -49,6 +51,8 @@ func newQueries(table string) queries {
 			"\tmetadata MEDIUMBLOB NOT NULL,\n"+
 			"\tfailure_count INT NOT NULL DEFAULT 0,\n"+
 			"\tdedup_key VARBINARY(250) NULL,\n"+
+			"\tparked_reason BLOB NULL,\n"+
+			"\tclaimed_by VARBINARY(250) NULL,\n"+
 			"\tPRIMARY KEY (id),\n"+
 			"\tINDEX available_at (available_at),\n"+
 			"\tINDEX owner (owner(255)),\n"+
@@ -56,11 +60,14 @@ func newQueries(table string) queries {
 			") ENGINE=InnoDB", t),
 		// Fails with ER_NO_SUCH_TABLE when missing. Exact, unlike information_schema, whose names
 		// compare case-insensitively.
-		tableExists: fmt.Sprintf(`SELECT dedup_key FROM %s LIMIT 0`, t),
+		tableExists: fmt.Sprintf(`SELECT dedup_key, parked_reason, claimed_by FROM %s LIMIT 0`, t),
 		// One statement, IF NOT EXISTS: instances migrating together wait for each other's
 		// metadata lock and find the column made. A unique index keeps any number of NULLs.
 		addKey: fmt.Sprintf(`ALTER TABLE %s ADD COLUMN IF NOT EXISTS dedup_key VARBINARY(250) NULL,
 	ADD UNIQUE INDEX IF NOT EXISTS dedup_key (dedup_key)`, t),
+		// Nullable, without an index: MariaDB adds them in place, without copying the table.
+		addParked: fmt.Sprintf(`ALTER TABLE %s ADD COLUMN IF NOT EXISTS parked_reason BLOB NULL,
+	ADD COLUMN IF NOT EXISTS claimed_by VARBINARY(250) NULL`, t),
 		// FORCE INDEX: read the index in order and stop at limit, so that only the rows claimed
 		// are locked; a table scan and sort would lock every due row and starve other pollers.
 		claimSelect: fmt.Sprintf(`SELECT id, due FROM %s FORCE INDEX (available_at)
@@ -69,9 +76,12 @@ WHERE available_at <= ? ORDER BY available_at LIMIT ? FOR UPDATE SKIP LOCKED`, t
 		// at or after from, and a hidden row after HiddenFrom. Rows a poller holds (leased past
 		// now, not hidden) are skipped, and rows another Hide is taking are skipped as a claim
 		// skips them.
-		hideSelect: fmt.Sprintf(`SELECT id, destination, due, owner, payload, metadata, failure_count, COALESCE(dedup_key, '')
+		// Parked rows (available_at at MaxDue) are left alone.
+		hideSelect: fmt.Sprintf(`SELECT id, destination, due, owner, payload, metadata, failure_count, COALESCE(dedup_key, ''),
+	COALESCE(parked_reason, '')
 FROM %s FORCE INDEX (available_at)
 WHERE available_at >= ? AND (due >= ? AND (available_at = due OR available_at <= ?) OR available_at >= ? AND available_at <> ?)
+	AND parked_reason IS NULL
 ORDER BY available_at LIMIT ? FOR UPDATE SKIP LOCKED`, t),
 	}
 }
@@ -81,9 +91,10 @@ func placeholders(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
 }
 
-// moveIn moves n rows, claimed or hidden, to a new available_at.
+// moveIn moves n rows, claimed or hidden, to a new available_at and records their claiming
+// instance (NULL for none): available_at, instance, ids.
 func (q queries) moveIn(n int) string {
-	return fmt.Sprintf(`UPDATE %s SET available_at = ? WHERE id IN (%s)`, q.table, placeholders(n))
+	return fmt.Sprintf(`UPDATE %s SET available_at = ?, claimed_by = ? WHERE id IN (%s)`, q.table, placeholders(n))
 }
 
 // storeMany inserts n rows: Store's statement with n value lists.

@@ -122,6 +122,7 @@ func newStore(db *sql.DB, ownsDB bool, table string) *Store {
 		KeyTx:     s.keyTx,
 		Claim:     s.claimDue,
 		Hide:      s.hideRetried,
+		Hold:      s.hold,
 	})
 	return s
 }
@@ -135,7 +136,8 @@ func (s *Store) c() *sqlstore.Store {
 }
 
 // SetupInfrastructure creates the table and its indexes when the table is missing, and adds the
-// key column and its index to a table an older version created. When all exist it changes
+// key column and its index, the parking reason and the claiming instance to a table an older
+// version created. When all exist it changes
 // nothing and needs no right to create or alter the table.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	if err := sqlstore.Opened(s.c()); err != nil {
@@ -150,7 +152,11 @@ func (s *Store) SetupInfrastructure(ctx context.Context) error {
 		// lock lets one create and the other find it made.
 		_, err = s.db.ExecContext(ctx, s.q.createTable)
 	case isServerError(err, errBadField):
-		_, err = s.db.ExecContext(ctx, s.q.addKey)
+		// One ALTER at a time, each IF NOT EXISTS: instances migrating together wait for each
+		// other's metadata lock and find the columns made.
+		if _, err = s.db.ExecContext(ctx, s.q.addKey); err == nil {
+			_, err = s.db.ExecContext(ctx, s.q.addParked)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("mysql: set up %s: %w", s.q.table, err)
@@ -183,9 +189,9 @@ func validateTimeout(t persistence.Timeout) error {
 
 // claimDue claims, up to claimAttempts times while InnoDB chooses the claim as a deadlock
 // victim.
-func (s *Store) claimDue(ctx context.Context, now, until time.Time, limit int) ([]sqlstore.Claimed, error) {
+func (s *Store) claimDue(ctx context.Context, now, until time.Time, limit int, by any) ([]sqlstore.Claimed, error) {
 	for attempt := 1; ; attempt++ {
-		claims, err := s.claim(ctx, formatTime(now), formatTime(until), limit)
+		claims, err := s.claim(ctx, formatTime(now), formatTime(until), limit, by)
 		if err == nil || !isServerError(err, errLockDeadlock) || attempt == claimAttempts {
 			return claims, err
 		}
@@ -195,7 +201,7 @@ func (s *Store) claimDue(ctx context.Context, now, until time.Time, limit int) (
 // claim locks the earliest claimable rows, skipping rows another claim holds, and moves them to
 // the end of the lease, in one READ COMMITTED transaction: it takes no gap locks, so it never
 // blocks a Store of a timeout that falls between the rows it claims.
-func (s *Store) claim(ctx context.Context, now, until string, limit int) (claims []sqlstore.Claimed, err error) {
+func (s *Store) claim(ctx context.Context, now, until string, limit int, by any) (claims []sqlstore.Claimed, err error) {
 	tx, err := s.db.BeginTx(ctx, readCommitted)
 	if err != nil {
 		return nil, err
@@ -214,8 +220,8 @@ func (s *Store) claim(ctx context.Context, now, until string, limit int) (claims
 		return nil, err
 	}
 	defer rows.Close()
-	args := make([]any, 1, limit+1)
-	args[0] = until
+	args := make([]any, 2, limit+2)
+	args[0], args[1] = until, by
 	for rows.Next() {
 		var (
 			c   sqlstore.Claimed
@@ -248,3 +254,31 @@ func isServerError(err error, number uint16) bool {
 	var me *gomysql.MySQLError
 	return errors.As(err, &me) && me.Number == number
 }
+
+// hold takes instance with GET_LOCK on a connection of its own (see sqlstore.HoldOnConn). Lock
+// names are server-wide and at most 64 characters: the name is the SHA-256, in hex, of the
+// database, the table and the instance.
+func (s *Store) hold(ctx context.Context, instance string) (func() error, bool, error) {
+	const name = `SHA2(CONCAT_WS(0x00, 'timeoutmill instance', DATABASE(), ?, ?), 256)`
+	return sqlstore.HoldOnConn(ctx, s.db, sqlstore.SessionLock{
+		Try: func(ctx context.Context, conn *sql.Conn) (bool, error) {
+			var got sql.NullInt64 // 1 taken, 0 held elsewhere, NULL on an error
+			if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(`+name+`, 0)`, s.q.table, instance).Scan(&got); err != nil {
+				return false, err
+			}
+			if !got.Valid {
+				return false, errors.New("GET_LOCK failed")
+			}
+			return got.Int64 == 1, nil
+		},
+		Unlock: func(ctx context.Context, conn *sql.Conn) error {
+			_, err := conn.ExecContext(ctx, `SELECT RELEASE_LOCK(`+name+`)`, s.q.table, instance)
+			return err
+		},
+	})
+}
+
+var (
+	_ persistence.Parker  = (*Store)(nil)
+	_ persistence.Claimer = (*Store)(nil)
+)

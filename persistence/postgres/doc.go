@@ -45,6 +45,20 @@
 // concurrent Schedule may fail with a serialization error, to be run again. List reads an index
 // on (due, id), so that a page costs what it returns whatever the table holds.
 //
+// Parked timeouts (persistence.Parker) keep their row: parked_reason holds the reason and
+// available_at moves to persistence.MaxDue, beyond every claim, so the claim and its index are
+// unchanged; Next may return MaxDue while only parked timeouts are stored. Claims record the
+// instance of ClaimDueAs in claimed_by, in the claim's own statement (ClaimDue and Hide set it to
+// NULL); the column has no index, so ReleaseClaimsOf, run once at a manager's start, reads the
+// whole table. HoldInstance holds the name with a session advisory lock (pg_try_advisory_lock on
+// 64 bits of a hash of the table and the name) on a connection of its own, which it pings every
+// 30 seconds; release unlocks and closes that connection, and Close releases every hold. If the
+// connection dies, the server ends the session and the lock with it: the store takes the lock
+// again at the next ping it can, and meanwhile another process could take the name and release
+// this one's claims, which only makes them claimable again (a possible duplicate, never a loss).
+// SetupInfrastructure adds both columns, nullable, to a table an older version made (no rewrite);
+// until it has, CheckInfrastructure reports the table as not set up.
+//
 // Use New to run the store on a *sql.DB of your own (opened with the "pgx" driver, or with
 // stdlib.OpenDBFromPool on a pgxpool.Pool). pgx prepares and caches statements per connection;
 // behind PgBouncer in transaction mode, add default_query_exec_mode=simple_protocol to the DSN.

@@ -275,3 +275,12 @@ func TestUnopenedTx(t *testing.T) {
 		require.ErrorContains(t, err, "postgres: the store was not opened with Open or New")
 	}
 }
+
+// TestHoldsAcrossPools: an instance name held through one pool cannot be taken through another,
+// as by another process, until it is released or the holding pool closed.
+func TestHoldsAcrossPools(t *testing.T) {
+	t.Parallel()
+	dsn, schema := testenv.PostgresSchema(t)
+	config := postgres.Config{DSN: dsn, Schema: schema, Endpoint: "orders"}
+	sqlstoretest.HoldsAcrossPools(t, func(ctx context.Context) (*postgres.Store, error) { return postgres.Open(ctx, config) })
+}

@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -26,9 +28,10 @@ type queries struct {
 	createTable          string
 	createAvailableIndex string
 	createOwnerIndex     string
-	// addKey adds the key column to a table an older version created; createKeyIndex and
-	// createDueIndex add its indexes.
+	// addKey adds the key column to a table an older version created, addParked the parking
+	// reason and the claiming instance; createKeyIndex and createDueIndex add their indexes.
 	addKey         string
+	addParked      string
 	createKeyIndex string
 	createDueIndex string
 	core           sqlstore.Queries
@@ -59,7 +62,7 @@ func newQueries(schema, table string) queries {
 	// unclaimed, never claimed twice. The transaction of the claim commits without waiting for
 	// its WAL to be flushed (synchronous_commit = off, set for this transaction only): see
 	// ClaimDue.
-	core.Claim = fmt.Sprintf(`UPDATE %[1]s AS t SET available_at = $1
+	core.Claim = fmt.Sprintf(`UPDATE %[1]s AS t SET available_at = $1, claimed_by = $4
 WHERE t.ctid = ANY (ARRAY(
 	SELECT ctid FROM %[1]s WHERE available_at <= $2 ORDER BY available_at LIMIT $3 FOR UPDATE SKIP LOCKED
 ))
@@ -68,13 +71,16 @@ RETURNING t.id, t.due`, t)
 	// available_at >= $2 bounds the index scan: every row due at or after from is claimable at
 	// or after from, and a hidden row after HiddenFrom. Rows a poller holds (leased past now, not
 	// hidden) are skipped, and rows another Hide is taking are skipped as a claim skips them.
+	// Parked rows (available_at at MaxDue) are left alone.
 	core.Hide = fmt.Sprintf(`WITH hidden AS (
 	SELECT id FROM %[1]s WHERE available_at >= $2
 		AND (due >= $2 AND (available_at = due OR available_at <= $3) OR available_at >= $4 AND available_at <> $1)
+		AND parked_reason IS NULL
 	ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED
 )
-UPDATE %[1]s AS t SET available_at = $1 FROM hidden WHERE t.id = hidden.id
-RETURNING t.id, t.destination, t.due, t.owner, t.payload, t.metadata, t.failure_count, COALESCE(t.dedup_key, '')`, t)
+UPDATE %[1]s AS t SET available_at = $1, claimed_by = NULL FROM hidden WHERE t.id = hidden.id
+RETURNING t.id, t.destination, t.due, t.owner, t.payload, t.metadata, t.failure_count, COALESCE(t.dedup_key, ''),
+	COALESCE(t.parked_reason, '')`, t)
 	return queries{
 		table:          t,
 		availableIndex: s + "." + availableIndex,
@@ -95,13 +101,18 @@ RETURNING t.id, t.destination, t.due, t.owner, t.payload, t.metadata, t.failure_
 	payload bytea NOT NULL,
 	metadata bytea NOT NULL,
 	failure_count integer NOT NULL DEFAULT 0,
-	dedup_key text COLLATE "C"
+	dedup_key text COLLATE "C",
+	parked_reason text,
+	claimed_by text COLLATE "C"
 )`, t),
 		createAvailableIndex: fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (available_at)`, availableIndex, t),
 		// Only equality is asked of owners, and most rows have none: a partial hash index has no
 		// length limit (a btree entry must fit in a third of a page) and stays small.
 		createOwnerIndex: fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s USING hash (owner) WHERE owner <> ''`, ownerIndex, t),
 		addKey:           fmt.Sprintf(`ALTER TABLE %s ADD COLUMN IF NOT EXISTS dedup_key text COLLATE "C"`, t),
+		// Nullable without a default: PostgreSQL adds them without rewriting the table.
+		addParked: fmt.Sprintf(`ALTER TABLE %s ADD COLUMN IF NOT EXISTS parked_reason text,
+	ADD COLUMN IF NOT EXISTS claimed_by text COLLATE "C"`, t),
 		// Partial: most timeouts have no key, and only keys need be unique.
 		createKeyIndex: fmt.Sprintf(`CREATE UNIQUE INDEX IF NOT EXISTS %s ON %s (dedup_key) WHERE dedup_key IS NOT NULL`, keyIndex, t),
 		// List's order, so that a page (the first, or the one after a cursor) reads as many index
@@ -139,10 +150,30 @@ func (q queries) dialect(db *sql.DB, ownsDB bool) sqlstore.Dialect {
 			return storeRows(ctx, db, q.table, rows)
 		},
 	}
+	d.Hold = func(ctx context.Context, instance string) (func() error, bool, error) {
+		key := q.instanceLock(instance)
+		return sqlstore.HoldOnConn(ctx, db, sqlstore.SessionLock{
+			Try: func(ctx context.Context, conn *sql.Conn) (held bool, err error) {
+				err = conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&held)
+				return held, err
+			},
+			Unlock: func(ctx context.Context, conn *sql.Conn) error {
+				_, err := conn.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, key)
+				return err
+			},
+		})
+	}
 	if ownsDB {
 		d.Close = db.Close
 	}
 	return d
+}
+
+// instanceLock is the key of the session advisory lock that holds instance on the table: 64 bits
+// of a hash of both, in the one-bigint key space (Schedule's key locks use the two-integer one).
+func (q queries) instanceLock(instance string) int64 {
+	sum := sha256.Sum256([]byte("timeoutmill instance\x00" + q.table + "\x00" + instance))
+	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
 func readTime(src any) (time.Time, error) {

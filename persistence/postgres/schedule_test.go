@@ -50,6 +50,10 @@ func TestMigratesOldTable(t *testing.T) {
 		require.NoError(t, err, stmt)
 	}
 	config := postgres.Config{DSN: dsn, Schema: schema, Endpoint: "orders"}
+	before, err := postgres.Open(ctx, config)
+	require.NoError(t, err)
+	sqlstoretest.OldTableChecked(t, before, "orders.timeouts")
+	require.NoError(t, before.Close())
 	sqlstoretest.SetupAtOnce(t, func(ctx context.Context) (*postgres.Store, error) { return postgres.Open(ctx, config) },
 		"instances migrating an old table at once")
 	sqlstoretest.Migrated(t, open(t, config), "old")

@@ -11,6 +11,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
+	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
 // Store keeps timeouts in one PostgreSQL table. It is safe for concurrent use by many goroutines
@@ -77,7 +78,8 @@ func (s *Store) c() *sqlstore.Store {
 }
 
 // SetupInfrastructure creates the schema, the table and its indexes when they are missing, and
-// adds the key column and its index to a table an older version created. When all exist it
+// adds the key column and its index, the parking reason and the claiming instance to a table an
+// older version created. When all exist it
 // changes nothing and needs no right to create them.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	if err := sqlstore.Opened(s.c()); err != nil {
@@ -86,7 +88,9 @@ func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	var installed bool
 	err := sqlstore.DB(s.core).QueryRowContext(ctx,
 		`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL
-	AND to_regclass($4) IS NOT NULL AND to_regclass($5) IS NOT NULL`,
+	AND to_regclass($4) IS NOT NULL AND to_regclass($5) IS NOT NULL
+	AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1)
+		AND attname IN ('parked_reason', 'claimed_by') AND NOT attisdropped) = 2`,
 		s.q.table, s.q.availableIndex, s.q.ownerIndex, s.q.keyIndex, s.q.dueIndex).Scan(&installed)
 	if err != nil {
 		return fmt.Errorf("postgres: set up %s: %w", s.q.table, err)
@@ -120,7 +124,8 @@ func (s *Store) install(ctx context.Context) (err error) {
 		return err
 	}
 	// A table an older version created gets the key column and the indexes added.
-	stmts := []string{s.q.createTable, s.q.createAvailableIndex, s.q.createOwnerIndex, s.q.addKey, s.q.createKeyIndex, s.q.createDueIndex}
+	stmts := []string{s.q.createTable, s.q.createAvailableIndex, s.q.createOwnerIndex, s.q.addKey, s.q.createKeyIndex,
+		s.q.createDueIndex, s.q.addParked}
 	if !schemaExists {
 		// Only when missing: CREATE SCHEMA IF NOT EXISTS needs the right to create schemas even
 		// when the schema is there.
@@ -133,3 +138,8 @@ func (s *Store) install(ctx context.Context) (err error) {
 	}
 	return tx.Commit()
 }
+
+var (
+	_ persistence.Parker  = (*Store)(nil)
+	_ persistence.Claimer = (*Store)(nil)
+)

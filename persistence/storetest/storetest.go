@@ -3,7 +3,9 @@
 // relies on them: idempotent Store, claims that never hand one id to two pollers while a lease
 // runs, byte-exact payloads and headers, microsecond due times, cancel; Stats and List for stores
 // that implement persistence.Inspector, Hide, Release and Survey for persistence.Handover, and
-// StoreMany, PeekMany and RemoveMany for stores with the batch calls of persistence.BatchStore.
+// StoreMany, PeekMany and RemoveMany for stores with the batch calls of persistence.BatchStore,
+// parked timeouts for persistence.Parker, and instance-tagged claims and held instance names for
+// persistence.Claimer.
 //
 // A backend's test calls Run with a constructor that returns an empty store of its own:
 //
@@ -67,6 +69,8 @@ func Run(t *testing.T, newStore func(t *testing.T) persistence.Store) {
 		{"ListFilters", s.testListFilters},
 		{"StatsAtNow", s.testStatsAtNow},
 		{"CancelledContext", s.testCancelledContext},
+		{"Parker", s.testParker},
+		{"Claimer", s.testClaimer},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -137,8 +137,9 @@ func ScheduleTx(t *testing.T, db *sql.DB, store TxStore) {
 }
 
 // Migrated checks store, whose table was made by an older version with oldID stored in it and
-// then set up by this one (oldID due within the hour): the old timeout is there without a key, keys work, and setting up
-// again changes nothing. It closes store.
+// then set up by this one (oldID due within the hour): the old timeout is there without a key,
+// keys work, setting up again changes nothing, claims record their instance and timeouts can be
+// parked. It closes store.
 func Migrated(t *testing.T, store interface {
 	Store
 	persistence.Scheduler
@@ -159,7 +160,37 @@ func Migrated(t *testing.T, store interface {
 	require.NoError(t, err)
 	require.Equal(t, persistence.Scheduled{ID: "keyed", Outcome: persistence.Duplicate}, got, "the key column is unique")
 	require.NoError(t, store.SetupInfrastructure(ctx), "set up again")
-	ids, err := store.ClaimDue(ctx, now.Add(time.Hour), 10, time.Minute)
+	if checker, ok := any(store).(persistence.SetupChecker); ok {
+		require.NoError(t, checker.CheckInfrastructure(ctx), "the migrated table passes the check")
+	}
+	claimer, ok := any(store).(persistence.Claimer)
+	require.True(t, ok, "%T implements persistence.Claimer", store)
+	ids, err := claimer.ClaimDueAs(ctx, "instance-1", now.Add(time.Hour), 10, time.Minute)
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{oldID, "keyed"}, ids)
+	n, err := claimer.ReleaseClaimsOf(ctx, "instance-1")
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "the claiming instance is recorded")
+	parker, ok := any(store).(persistence.Parker)
+	require.True(t, ok, "%T implements persistence.Parker", store)
+	parked, err := parker.Park(ctx, oldID, "reason")
+	require.NoError(t, err)
+	require.True(t, parked)
+	old, err = store.Peek(ctx, oldID)
+	require.NoError(t, err)
+	require.Equal(t, "reason", old.Parked, "the parking reason is kept")
+	ids, err = store.ClaimDue(ctx, now.Add(time.Hour), 10, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{"keyed"}, ids, "the parked one is left out")
+}
+
+// OldTableChecked checks a store on a table an older version made, before SetupInfrastructure:
+// CheckInfrastructure says it is not set up, naming the table, so that the read-only commands
+// (which check first) fail with that rather than with an unknown column.
+func OldTableChecked(t *testing.T, store persistence.SetupChecker, table string) {
+	t.Helper()
+	err := store.CheckInfrastructure(t.Context())
+	require.ErrorIs(t, err, persistence.ErrNotSetUp)
+	require.ErrorContains(t, err, table)
+	require.ErrorContains(t, err, "older version")
 }

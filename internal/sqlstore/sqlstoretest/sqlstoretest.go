@@ -194,3 +194,43 @@ func StoresAndClaims(t *testing.T, store persistence.Store) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"a"}, ids)
 }
+
+// HoldsAcrossPools checks persistence.Claimer.HoldInstance between stores that open opens, each
+// on a pool of its own, as two processes would: a name one holds the other cannot take (an
+// error wrapping persistence.ErrInstanceInUse naming it) until it is released, or until the
+// holder's store, and its pool, is closed.
+func HoldsAcrossPools[S Store](t *testing.T, open func(ctx context.Context) (S, error)) {
+	t.Helper()
+	ctx := t.Context()
+	claimer := func(store S) persistence.Claimer {
+		c, ok := any(store).(persistence.Claimer)
+		require.True(t, ok, "%T implements persistence.Claimer", store)
+		return c
+	}
+	a, b := Open(t, open), Open(t, open)
+	t.Cleanup(func() { require.NoError(t, b.Close()) })
+	release, err := claimer(a).HoldInstance(ctx, "orders-1")
+	require.NoError(t, err)
+	_, err = claimer(b).HoldInstance(ctx, "orders-1")
+	require.ErrorIs(t, err, persistence.ErrInstanceInUse, "held by the other pool")
+	require.ErrorContains(t, err, `"orders-1"`)
+	releaseB, err := claimer(b).HoldInstance(ctx, "orders-2")
+	require.NoError(t, err, "another name")
+	_, err = claimer(a).HoldInstance(ctx, "orders-2")
+	require.ErrorIs(t, err, persistence.ErrInstanceInUse)
+	require.NoError(t, release())
+	again, err := claimer(b).HoldInstance(ctx, "orders-1")
+	require.NoError(t, err, "free once released")
+	require.NoError(t, again())
+	require.NoError(t, releaseB())
+
+	// The holder's store is closed, and its pool with it, without releasing: the name is free.
+	_, err = claimer(a).HoldInstance(ctx, "orders-3")
+	require.NoError(t, err)
+	_, err = claimer(b).HoldInstance(ctx, "orders-3")
+	require.ErrorIs(t, err, persistence.ErrInstanceInUse)
+	require.NoError(t, a.Close())
+	last, err := claimer(b).HoldInstance(ctx, "orders-3")
+	require.NoError(t, err, "free once the holding pool is closed")
+	require.NoError(t, last())
+}
