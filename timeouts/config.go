@@ -144,11 +144,11 @@ type Config struct {
 	// systemd unit's instance): at most persistence.MaxIDLength bytes of UTF-8, no control
 	// characters. When it is set and the Store implements persistence.Claimer, the manager holds
 	// the name while it runs (after the store's set-up, before the poller's first claim), gives
-	// back at once what an earlier run of that name claimed and never announced (a kill -9 leaves
+	// back at once what an earlier run of that name claimed and did not deliver (a kill -9 leaves
 	// such claims), records the name on its claims, and lets the name go when it stops. Two
 	// running managers must never share a name: the store refuses the second one's start
-	// (persistence.ErrInstanceInUse, see Manager.Err), and it neither handles nor releases
-	// anything. With a Store that does not implement persistence.Claimer the name changes
+	// (persistence.ErrInstanceInUse, see Manager.Err): it handles and releases nothing, and
+	// closes its router. With a Store that does not implement persistence.Claimer the name changes
 	// nothing: ids claimed by a crashed run wait for their lease (ClaimLease), as they do with no
 	// name. Defaults to empty: no name, claims wait for their lease.
 	Instance string
