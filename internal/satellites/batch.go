@@ -72,12 +72,26 @@ type busyKeys struct {
 	keys map[string]chan struct{}
 }
 
+// keyed is an item that must not be handled by two batches at the same time when another item
+// has its key.
+type keyed interface{ key() string }
+
+// handleBatch handles a batch the batcher formed: with exclusive when its items are keyed.
+func (b *batcher[T]) handleBatch(batch []*request[T]) {
+	if _, ok := any(batch[0].item).(keyed); ok {
+		b.exclusive(batch, func(x T) string { return any(x).(keyed).key() }, b.handle)
+		return
+	}
+	b.handle(batch)
+}
+
 // exclusive handles batch with handle, never at the same time as another exclusive call of b
 // handles a request with the same key: a request whose key another batch holds waits for that
 // batch to be done with it, then is handled (a dispatch then finds its timeout gone). Two
 // announcements of one id that arrive together (a redelivery, or an id announced again after a
 // restart gave its claim back) are thus never forwarded side by side. handle must not itself wait
-// for another batch of b.
+// for another batch of b, nor call exclusive (it may call itself: a batch's own retries, alone or
+// in part, hold its keys already).
 func (b *batcher[T]) exclusive(batch []*request[T], key func(T) string, handle func(batch []*request[T])) {
 	for len(batch) > 0 {
 		var free, held []*request[T]
@@ -198,7 +212,7 @@ func (b *batcher[T]) lead() {
 	}
 	b.mu.Unlock()
 
-	b.handle(batch)
+	b.handleBatch(batch)
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -309,6 +323,9 @@ type due struct {
 	many bool // the message carries other ids too
 }
 
+// key makes due keyed: the batcher never dispatches one id in two batches at once.
+func (x due) key() string { return x.id }
+
 // forward is one timeout of a batch on its way to its destination.
 type forward struct {
 	req *request[due]
@@ -316,26 +333,21 @@ type forward struct {
 	out *message.Message
 }
 
-// dispatch dispatches the timeouts of batch together, never at the same time as another batch
-// dispatches one of their ids (see batcher.exclusive).
-func (d *Dispatch) dispatch(batch []*request[due]) {
-	d.batcher.exclusive(batch, func(x due) string { return x.id }, d.dispatchBatch)
-}
-
-// dispatchBatch dispatches the timeouts of batch together: the one path of every dispatcher
-// message, a lone message being a batch of one. It looks them up with one PeekMany, then forwards them:
+// dispatch dispatches the timeouts of batch together: the one path of every dispatcher message,
+// a lone message being a batch of one. The batcher never hands it an id another batch is
+// dispatching (due is keyed, see batcher.exclusive). It looks them up with one PeekMany, then forwards them:
 // with the Forwarder in one ForwardMany, otherwise with one Publish per destination and one
 // RemoveMany. If a batch of many fails where failures are the timeout's own (a lookup, a
 // Forwarder's commit), each is dispatched alone through the same calls; a refused Publish counts
 // an attempt for each of its messages.
-func (d *Dispatch) dispatchBatch(batch []*request[due]) {
+func (d *Dispatch) dispatch(batch []*request[due]) {
 	first, again := firstOfEach(batch, func(x due) string { return x.id })
 	if len(again) > 0 {
-		defer d.dispatchBatch(again) // they find their timeout gone
+		defer d.dispatch(again) // they find their timeout gone
 	}
 	found, ok := d.lookUp(first)
 	if !ok {
-		eachAlone(first, d.dispatchBatch)
+		eachAlone(first, d.dispatch)
 		return
 	}
 	if len(found) == 0 {

@@ -46,7 +46,7 @@ func (d *Dispatch) forwardMany(ctx context.Context, found []forward) {
 		for i, f := range found {
 			reqs[i] = f.req
 		}
-		eachAlone(reqs, d.dispatchBatch)
+		eachAlone(reqs, d.dispatch)
 		return
 	}
 	if err != nil {
