@@ -88,6 +88,7 @@ func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
 	for _, id := range ids {
 		if e, ok := s.byID[id]; ok && !e.parked() {
 			e.availableAt = e.timeout.Due
+			e.claimedBy = ""
 			heap.Fix(&s.queue, e.index)
 			n++
 		}

@@ -118,7 +118,8 @@ func (s *Store) ReleaseClaimsOf(ctx context.Context, instance string) (int, erro
 	defer s.mu.Unlock()
 	n := 0
 	for _, e := range s.byID {
-		if e.claimedBy != instance || e.parked() || e.hidden() {
+		// Only live claims: one given back (Release) or whose holder changed is no longer its.
+		if e.claimedBy != instance || e.parked() || e.hidden() || e.availableAt.Equal(e.timeout.Due) {
 			continue
 		}
 		e.claimedBy = ""

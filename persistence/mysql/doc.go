@@ -56,4 +56,19 @@
 //
 // Use New to run the store on a *sql.DB of your own opened with the "mysql" driver; any DSN
 // options work.
+//
+// Parked timeouts (persistence.Parker) keep their row: parked_reason holds the reason and
+// available_at moves to persistence.MaxDue, beyond every claim, so the claim and its index are
+// unchanged; Next may return MaxDue while only parked timeouts are stored. Claims record the
+// instance of ClaimDueAs in claimed_by, in the claim's own UPDATE (ClaimDue and Hide set it to
+// NULL); the column has no index, so ReleaseClaimsOf, run once at a manager's start, reads the
+// whole table. HoldInstance holds the name with GET_LOCK(name, 0) on a connection of its own;
+// lock names are server-wide and at most 64 characters, so the name is the SHA-256 (hex) of the
+// database, the table and the instance. The connection is pinged every 30 seconds, so that
+// wait_timeout never ends it; release unlocks and closes it, and Close releases every hold. If
+// the connection dies, the server ends the session and the lock with it: the store takes the
+// lock again at the next ping it can, and meanwhile another process could take the name and
+// release this one's claims, which only makes them claimable again (a possible duplicate, never
+// a loss). SetupInfrastructure adds both columns, nullable, to a table an older version made;
+// until it has, CheckInfrastructure reports the table as not set up.
 package mysql

@@ -250,3 +250,12 @@ func TestUnopened(t *testing.T) {
 	t.Parallel()
 	sqlstoretest.Unopened(t, "mysql", &mysql.Store{}) // a nil *Store is refused by timeouts.NewManager
 }
+
+// TestHoldsAcrossPools: an instance name held through one pool cannot be taken through another,
+// as by another process, until it is released or the holding pool closed.
+func TestHoldsAcrossPools(t *testing.T) {
+	t.Parallel()
+	dsn, _ := testenv.MySQLDatabase(t)
+	config := mysql.Config{DSN: dsn, Endpoint: "orders"}
+	sqlstoretest.HoldsAcrossPools(t, func(ctx context.Context) (*mysql.Store, error) { return mysql.Open(ctx, config) })
+}

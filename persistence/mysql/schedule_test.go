@@ -49,6 +49,10 @@ func TestMigratesOldTable(t *testing.T) {
 		require.NoError(t, err, stmt)
 	}
 	config := mysql.Config{DSN: dsn, Endpoint: "orders"}
+	before, err := mysql.Open(t.Context(), config)
+	require.NoError(t, err)
+	sqlstoretest.OldTableChecked(t, before, "orders.timeouts")
+	require.NoError(t, before.Close())
 	sqlstoretest.SetupAtOnce(t, func(ctx context.Context) (*mysql.Store, error) { return mysql.Open(ctx, config) },
 		"instances migrating an old table at once")
 	sqlstoretest.Migrated(t, open(t, config), "old")

@@ -13,8 +13,10 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-// CheckInfrastructure returns nil when the store's table exists, and an error wrapping
-// persistence.ErrNotSetUp that names it when it does not. It creates nothing.
+// CheckInfrastructure returns nil when the store's table exists with every column this version
+// reads, and an error wrapping persistence.ErrNotSetUp that names it when it does not exist or an
+// older version made it (SetupInfrastructure adds what is missing; until then a claim, a peek or
+// a list on it fails). It creates nothing.
 func (s *Store) CheckInfrastructure(ctx context.Context) error {
 	if err := sqlstore.Opened(s.c()); err != nil {
 		return err
@@ -44,6 +46,15 @@ func (s *Store) checkTable(ctx context.Context) error {
 	}
 	if !exists {
 		return fmt.Errorf("table %s does not exist (%w)", quoteIdent(s.table), persistence.ErrNotSetUp)
+	}
+	var columns int
+	if err := s.reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info(?)
+WHERE name IN ('dedup_key', 'parked_reason', 'claimed_by')`, s.table).Scan(&columns); err != nil {
+		return fmt.Errorf("check table %s: %w", quoteIdent(s.table), err)
+	}
+	if columns < 3 {
+		return fmt.Errorf("table %s was made by an older version: SetupInfrastructure adds its new columns (%w)",
+			quoteIdent(s.table), persistence.ErrNotSetUp)
 	}
 	return nil
 }

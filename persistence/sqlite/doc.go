@@ -34,4 +34,14 @@
 //
 // Timeouts are kept with microsecond due times (rounded up, so nothing is delivered early), their
 // payload and headers byte for byte (headers in persistence.EncodeMetadata's format).
+//
+// Parked timeouts (persistence.Parker) keep their row: parked_reason holds the reason and
+// available_at moves to persistence.MaxDue, beyond every claim; Next may return MaxDue while only
+// parked timeouts are stored. Claims record the instance of ClaimDueAs in claimed_by, in the
+// claim's own UPDATE; ReleaseClaimsOf reads the whole table. HoldInstance takes an exclusive
+// flock on "<database>-instance-<hash>.lock" beside the database file (left in place), which the
+// operating system releases when the process ends however it ends; a database in memory (New on
+// a caller's pool) is held in the store only, and a platform without flock cannot hold a name.
+// SetupInfrastructure (and Open) add both columns to a table an older version made; until then
+// CheckInfrastructure, and Open with MustExist, report it not set up.
 package sqlite

@@ -13,7 +13,11 @@ type queries struct {
 	hasKey string
 	// addKey adds it; keyIndex makes keys unique.
 	addKey, keyIndex string
-	core             sqlstore.Queries
+	// hasParked counts the parking reason and claiming instance columns (2 once set up): table
+	// name. addParked adds them to an older table.
+	hasParked string
+	addParked []string
+	core      sqlstore.Queries
 }
 
 // newQueries builds the SQL for a table whose name passed validateTable. The lease uses the
@@ -28,22 +32,30 @@ func newQueries(table string) queries {
 	// store's single writer (or, in ScheduleTx, the caller's transaction holding the write lock)
 	// serializes Schedules, so the key's holder needs no lock of its own.
 	core.Schedule += ` ON CONFLICT DO NOTHING`
-	core.Claim = fmt.Sprintf(`UPDATE %[1]s SET available_at = ?
-WHERE id IN (SELECT id FROM %[1]s WHERE available_at <= ? ORDER BY available_at LIMIT ?)
+	// Numbered: the claiming instance, bound last, is set first.
+	core.Claim = fmt.Sprintf(`UPDATE %[1]s SET available_at = ?1, claimed_by = ?4
+WHERE id IN (SELECT id FROM %[1]s WHERE available_at <= ?2 ORDER BY available_at LIMIT ?3)
 RETURNING id, due`, t)
 	// available_at >= ? bounds the index scan: every row due at or after from is claimable at or
 	// after from, and a hidden row after HiddenFrom. Rows a poller holds (leased past now, not
 	// hidden) are skipped.
-	core.Hide = fmt.Sprintf(`UPDATE %[1]s SET available_at = ?
+	// Parked rows (available_at at MaxDue) are left alone.
+	core.Hide = fmt.Sprintf(`UPDATE %[1]s SET available_at = ?, claimed_by = NULL
 WHERE id IN (SELECT id FROM %[1]s WHERE available_at >= ?
 	AND (due >= ? AND (available_at = due OR available_at <= ?) OR available_at >= ? AND available_at <> ?)
+	AND parked_reason IS NULL
 	ORDER BY available_at LIMIT ?)
-RETURNING id, destination, due, owner, payload, metadata, failure_count, COALESCE(dedup_key, '')`, t)
+RETURNING id, destination, due, owner, payload, metadata, failure_count, COALESCE(dedup_key, ''), COALESCE(parked_reason, '')`, t)
 	return queries{
 		core:   core,
 		hasKey: `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = 'dedup_key'`,
 		addKey: fmt.Sprintf(`ALTER TABLE %s ADD COLUMN dedup_key TEXT`, t),
 		// Partial: most timeouts have no key.
+		hasParked: `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name IN ('parked_reason', 'claimed_by')`,
+		addParked: []string{
+			fmt.Sprintf(`ALTER TABLE %s ADD COLUMN parked_reason TEXT`, t),
+			fmt.Sprintf(`ALTER TABLE %s ADD COLUMN claimed_by TEXT`, t),
+		},
 		keyIndex: fmt.Sprintf(`CREATE UNIQUE INDEX IF NOT EXISTS %s ON %s (dedup_key) WHERE dedup_key IS NOT NULL`,
 			quoteIdent(table+"_dedup_key"), t),
 		setup: []string{
@@ -56,7 +68,9 @@ RETURNING id, destination, due, owner, payload, metadata, failure_count, COALESC
 	payload BLOB NOT NULL,
 	metadata BLOB NOT NULL,
 	failure_count INTEGER NOT NULL DEFAULT 0,
-	dedup_key TEXT
+	dedup_key TEXT,
+	parked_reason TEXT,
+	claimed_by TEXT
 )`, t),
 			fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (available_at)`, availableIndex, t),
 			fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (owner) WHERE owner <> ''`, ownerIndex, t),

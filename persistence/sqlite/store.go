@@ -30,6 +30,8 @@ type Store struct {
 	pools []*sql.DB
 	table string
 	q     queries
+	// memoryHolds are the instance names held when the database is not a file.
+	memoryHolds processHolds
 }
 
 type core = sqlstore.Store // embedded by this name: no exported field, no hidden Store method
@@ -64,6 +66,7 @@ func newStore(w *writer, reader *sql.DB, pools []*sql.DB, table string) *Store {
 		MaxIn:     maxIn,
 		BatchTx:   true,
 		StoreRows: s.storeRows,
+		Hold:      s.hold,
 	})
 	return s
 }
@@ -174,7 +177,8 @@ func fileURI(path string) string {
 }
 
 // SetupInfrastructure creates the table and its indexes when they are missing, and adds the key
-// column and its index to a table an older version created, in one transaction.
+// column and its index, the parking reason and the claiming instance to a table an older version
+// created, in one transaction.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	if err := sqlstore.Opened(s.c()); err != nil {
 		return err
@@ -212,7 +216,34 @@ func (s *Store) createTable(ctx context.Context) error {
 				return err
 			}
 		}
-		_, err = db.ExecContext(ctx, s.q.keyIndex)
-		return err
+		if _, err = db.ExecContext(ctx, s.q.keyIndex); err != nil {
+			return err
+		}
+		parked, err := count(ctx, db, s.q.hasParked, s.table)
+		if err != nil || parked == 2 {
+			return err
+		}
+		// An older table has neither column (both are added in one transaction).
+		for _, stmt := range s.q.addParked {
+			if _, err := db.ExecContext(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		return nil
 	}))
+}
+
+// count runs a query of one number.
+func count(ctx context.Context, db execer, query string, args ...any) (int, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	for rows.Next() {
+		if err := rows.Scan(&n); err != nil {
+			return 0, errors.Join(err, rows.Close())
+		}
+	}
+	return n, errors.Join(rows.Err(), rows.Close())
 }

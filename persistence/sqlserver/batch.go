@@ -55,8 +55,8 @@ func idList(n int) string {
 
 // peekMany reads the timeouts with n ids.
 func (q queries) peekMany(n int) string {
-	return fmt.Sprintf(`SELECT Id, Destination, %s, Owner, State, Headers, RetryCount, %s FROM %s WHERE Id IN (%s)`,
-		toUTC("Time"), readKey, q.table, idList(n))
+	return fmt.Sprintf(`SELECT Id, Destination, %s, Owner, State, Headers, RetryCount, %s, %s FROM %s WHERE Id IN (%s)`,
+		toUTC("Time"), readKey, readParked, q.table, idList(n))
 }
 
 // removeMany deletes the timeouts with n ids and returns the ids it deleted.
@@ -66,10 +66,18 @@ OUTPUT deleted.Id
 WHERE Id IN (%s);`, q.table, idList(n))
 }
 
-// releaseMany makes the timeouts with n ids claimable again from their due time, and returns how
-// many it found.
+// releaseMany makes the timeouts with n ids, parked ones left out, claimable again from their due
+// time with no claiming instance, and returns how many it found.
 func (q queries) releaseMany(n int) string {
-	return fmt.Sprintf(`UPDATE %s SET AvailableAt = Time WHERE Id IN (%s);
+	return fmt.Sprintf(`UPDATE %s SET AvailableAt = Time, ClaimedBy = NULL WHERE Id IN (%s) AND ParkedReason IS NULL;
+SELECT @@ROWCOUNT;`, q.table, idList(n))
+}
+
+// unparkMany makes the parked timeouts among n ids claimable again from their due time, with
+// their failure count at 0, and returns how many it unparked.
+func (q queries) unparkMany(n int) string {
+	return fmt.Sprintf(`UPDATE %s SET AvailableAt = Time, RetryCount = 0, ParkedReason = NULL, ClaimedBy = NULL
+WHERE Id IN (%s) AND ParkedReason IS NOT NULL;
 SELECT @@ROWCOUNT;`, q.table, idList(n))
 }
 

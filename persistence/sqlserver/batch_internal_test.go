@@ -22,7 +22,7 @@ func idsAnswer(c call) answer {
 			continue
 		}
 		if strings.HasPrefix(c.query, "SELECT") { // PeekMany
-			rows = append(rows, []driver.Value{c.args[name], "orders", time.Now(), "", []byte("p"), persistence.EncodeMetadata(nil), int64(0), ""})
+			rows = append(rows, []driver.Value{c.args[name], "orders", time.Now(), "", []byte("p"), persistence.EncodeMetadata(nil), int64(0), "", ""})
 		} else {
 			rows = append(rows, []driver.Value{c.args[name]})
 		}

@@ -28,7 +28,7 @@ func TestCheckInfrastructureStatement(t *testing.T) {
 		require.Empty(t, params, name)
 		resultCols, err := resultColumns(q.tableExists())
 		require.NoError(t, err)
-		require.Len(t, resultCols, 1, name)
+		require.Len(t, resultCols, 2, name)
 	}
 }
 
@@ -36,8 +36,8 @@ func TestCheckInfrastructureReadsTheCount(t *testing.T) {
 	t.Parallel()
 	q := queriesFor(t, Config{Endpoint: ordersEndpoint})
 	var (
-		tables int64
-		fail   error
+		tables, current int64
+		fail            error
 	)
 	store, fake := newFakeStore(t, Config{Endpoint: ordersEndpoint}, func(c call) answer {
 		if c.query != q.tableExists() {
@@ -46,7 +46,7 @@ func TestCheckInfrastructureReadsTheCount(t *testing.T) {
 		if fail != nil {
 			return answer{err: fail}
 		}
-		return rowsOf([]driver.Value{tables})
+		return rowsOf([]driver.Value{tables, current})
 	})
 	ctx := t.Context()
 
@@ -54,7 +54,13 @@ func TestCheckInfrastructureReadsTheCount(t *testing.T) {
 	require.ErrorIs(t, err, persistence.ErrNotSetUp)
 	require.EqualError(t, err, "sqlserver: table [dbo].[orders.timeouts] does not exist (persistence: not set up)")
 
-	tables = 1
+	tables = 1 // made by an older version
+	err = store.CheckInfrastructure(ctx)
+	require.ErrorIs(t, err, persistence.ErrNotSetUp)
+	require.EqualError(t, err, "sqlserver: table [dbo].[orders.timeouts] was made by an older version: "+
+		"SetupInfrastructure adds its new columns (persistence: not set up)")
+
+	current = 1
 	require.NoError(t, store.CheckInfrastructure(ctx))
 
 	fail = errors.New("connection reset by peer")
@@ -63,6 +69,6 @@ func TestCheckInfrastructureReadsTheCount(t *testing.T) {
 	require.ErrorIs(t, err, fail)
 	require.NotErrorIs(t, err, persistence.ErrNotSetUp, "an unreachable server is not a missing table")
 
-	require.Len(t, fake.recorded(), 3, "one statement a check, in no transaction")
+	require.Len(t, fake.recorded(), 4, "one statement a check, in no transaction")
 	require.Empty(t, fake.txEvents)
 }

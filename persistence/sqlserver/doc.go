@@ -100,5 +100,21 @@
 // transaction again; a duplicate key is not an error and leaves the transaction usable under
 // XACT_ABORT OFF, the default.
 //
+// # Parking and instances
+//
+// Parked timeouts (persistence.Parker) keep their row: ParkedReason (nvarchar(2000), which holds
+// any reason of persistence.MaxParkReasonLength bytes) holds the reason and AvailableAt moves to
+// persistence.MaxDue, beyond every claim; Next may return MaxDue while only parked timeouts are
+// stored. The claim sets ClaimedBy to the instance of ClaimDueAs in its own UPDATE (NULL for
+// ClaimDue); the column has no index, so ReleaseClaimsOf, run once at a manager's start, reads
+// the whole table. HoldInstance takes sp_getapplock with @LockOwner = 'Session' and no wait on a
+// connection of its own (application locks are per database; the resource is a SHA-256 of the
+// table and the instance), pinged every 30 seconds; release gives the lock back and closes the
+// connection, and Close releases every hold. If the connection dies, SQL Server ends the session
+// and the lock with it: the store takes the lock again at the next ping it can, and meanwhile
+// another process could take the name and release this one's claims, which only makes them
+// claimable again (a possible duplicate, never a loss). SetupInfrastructure adds both columns to
+// a table an older version made; until then CheckInfrastructure reports it not set up.
+//
 // Use New to run the store on a *sql.DB of your own opened with the "sqlserver" driver.
 package sqlserver

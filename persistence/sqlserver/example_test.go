@@ -10,7 +10,7 @@ import (
 
 // ExampleSetupScript prints the T-SQL that SetupInfrastructure runs for the endpoint "orders",
 // which a DBA can run by hand instead: the seed's table, with datetime2 times and the claim,
-// owner and key columns, in the default schema dbo.
+// owner, key, parking and claiming-instance columns, in the default schema dbo.
 func ExampleSetupScript() {
 	script, err := sqlserver.SetupScript(sqlserver.Config{Endpoint: "orders"})
 	if err != nil {
@@ -35,7 +35,9 @@ func ExampleSetupScript() {
 	// 		RetryCount INT NOT NULL DEFAULT(0),
 	// 		AvailableAt datetime2(7) NOT NULL,
 	// 		Owner nvarchar(250) COLLATE Latin1_General_100_BIN2 NOT NULL DEFAULT(N''),
-	// 		DedupKey nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL
+	// 		DedupKey nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL,
+	// 		ParkedReason nvarchar(2000) NULL,
+	// 		ClaimedBy nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL
 	// 	);
 	// END
 	// IF NOT EXISTS (
@@ -70,6 +72,9 @@ func ExampleSetupScript() {
 	// BEGIN
 	// 	CREATE UNIQUE INDEX Index_DedupKey ON [dbo].[orders.timeouts] (DedupKey) WHERE DedupKey IS NOT NULL;
 	// END
+	// GO
+	// IF COL_LENGTH(N'[dbo].[orders.timeouts]', 'ParkedReason') IS NULL
+	// 	ALTER TABLE [dbo].[orders.timeouts] ADD ParkedReason nvarchar(2000) NULL, ClaimedBy nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL;
 }
 
 // ExampleConfig_String: a Config can be logged; its DSN's password is not.

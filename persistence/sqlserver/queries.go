@@ -16,6 +16,7 @@ type queries struct {
 	setupTable            string
 	addKey                string
 	keyIndex              string
+	addParked             string
 	installed             string
 	lockSetup             string
 	store                 string
@@ -33,6 +34,8 @@ type queries struct {
 	dropKey               string
 	schedule              string
 	reschedule            string
+	park                  string
+	releaseClaimsOf       string
 }
 
 // Names of the indexes. SQL Server names indexes per table, so they need no prefix.
@@ -83,7 +86,9 @@ BEGIN
 		RetryCount INT NOT NULL DEFAULT(0),
 		AvailableAt datetime2(7) NOT NULL,
 		Owner nvarchar(250) COLLATE Latin1_General_100_BIN2 NOT NULL DEFAULT(N''),
-		DedupKey nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL
+		DedupKey nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL,
+		ParkedReason nvarchar(2000) NULL,
+		ClaimedBy nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL
 	);
 END
 IF NOT EXISTS (
@@ -124,8 +129,14 @@ BEGIN
 	CREATE UNIQUE INDEX %[3]s ON %[2]s (DedupKey) WHERE DedupKey IS NOT NULL;
 END
 `, tName, t, indexDedupKey),
-		installed: fmt.Sprintf(`SELECT COUNT(*) FROM sys.indexes
-WHERE object_id = OBJECT_ID(%s, 'U') AND name IN ('%s', '%s', '%s', '%s')`, tName, indexTime, indexAvailableAt, indexOwner, indexDedupKey),
+		// A table an older version created gets the parking reason (2000 bytes of UTF-8 are at
+		// most 2000 UTF-16 code units) and the claiming instance, nullable, without an index.
+		addParked: fmt.Sprintf(`IF COL_LENGTH(%s, 'ParkedReason') IS NULL
+	ALTER TABLE %s ADD ParkedReason nvarchar(2000) NULL, ClaimedBy nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL;
+`, tName, t),
+		// The indexes, and the columns the last version added: 5 when set up.
+		installed: fmt.Sprintf(`SELECT COUNT(*) + CASE WHEN COL_LENGTH(%[1]s, 'ParkedReason') IS NULL THEN 0 ELSE 1 END FROM sys.indexes
+WHERE object_id = OBJECT_ID(%[1]s, 'U') AND name IN ('%[2]s', '%[3]s', '%[4]s', '%[5]s')`, tName, indexTime, indexAvailableAt, indexOwner, indexDedupKey),
 		// Instances starting together would race between IF NOT EXISTS and CREATE (error 2714):
 		// the first to get the lock creates, the others then find everything there.
 		lockSetup: fmt.Sprintf(`DECLARE @result int;
@@ -146,15 +157,16 @@ SELECT @@ROWCOUNT;`, t, toDateTime2("@due")),
 		// and move them to the end of the lease. The index hint makes the claim read AvailableAt
 		// in order and stop at @limit, so it locks only the rows it claims; a scan and sort would
 		// lock every due row and other pollers would skip them all.
+		// The claiming instance (@by, NULL for none) is set in the same UPDATE.
 		claim: fmt.Sprintf(`WITH claimable AS (
-	SELECT TOP (@limit) Id, Time, AvailableAt
+	SELECT TOP (@limit) Id, Time, AvailableAt, ClaimedBy
 	FROM %s WITH (INDEX(%s), READPAST, UPDLOCK, ROWLOCK)
 	WHERE AvailableAt <= %s
 	ORDER BY AvailableAt
 )
-UPDATE claimable SET AvailableAt = %s
+UPDATE claimable SET AvailableAt = %s, ClaimedBy = @by
 OUTPUT inserted.Id, %s;`, t, indexAvailableAt, toDateTime2("@now"), toDateTime2("@until"), toUTC("inserted.Time")),
-		peek: fmt.Sprintf(`SELECT Destination, %s, Owner, State, Headers, RetryCount, %s FROM %s WHERE Id = @id`, toUTC("Time"), readKey, t),
+		peek: fmt.Sprintf(`SELECT Destination, %s, Owner, State, Headers, RetryCount, %s, %s FROM %s WHERE Id = @id`, toUTC("Time"), readKey, readParked, t),
 		delete: fmt.Sprintf(`DELETE FROM %s WHERE Id = @id;
 SELECT @@ROWCOUNT;`, t),
 		incrementFailureCount: fmt.Sprintf(`UPDATE %s SET RetryCount = RetryCount + 1 WHERE Id = @id;
@@ -162,13 +174,14 @@ SELECT @@ROWCOUNT;`, t),
 		cancelByOwner: fmt.Sprintf(`DELETE FROM %s WHERE Owner = @owner;
 SELECT @@ROWCOUNT;`, t),
 		// A row is claimed at now while its AvailableAt is neither its due time nor past.
-		stats: fmt.Sprintf(`SELECT COUNT(*), SUM(CASE WHEN Time <= %[2]s THEN 1 ELSE 0 END),
-	SUM(CASE WHEN AvailableAt <> Time AND AvailableAt > %[2]s THEN 1 ELSE 0 END), %[3]s, %[4]s
+		stats: fmt.Sprintf(`SELECT COUNT(*), SUM(CASE WHEN Time <= %[2]s AND ParkedReason IS NULL THEN 1 ELSE 0 END),
+	SUM(CASE WHEN AvailableAt <> Time AND AvailableAt > %[2]s AND ParkedReason IS NULL THEN 1 ELSE 0 END),
+	SUM(CASE WHEN ParkedReason IS NOT NULL THEN 1 ELSE 0 END), %[3]s, %[4]s
 FROM %[1]s`, t, toDateTime2("@now"), toUTC("MIN(Time)"), toUTC("MAX(Time)")),
 		statsByDestination: fmt.Sprintf(`SELECT Destination, COUNT(*) FROM %s GROUP BY Destination`, t),
 		list: sqlstore.ListSQL{
-			From: fmt.Sprintf(`Id, Destination, %s, Owner, Headers, RetryCount, %s FROM %s`, toUTC("Time"), readKey, t),
-			ID:   "Id", Due: "Time", Owner: "Owner", Destination: "Destination", Key: "DedupKey",
+			From: fmt.Sprintf(`Id, Destination, %s, Owner, Headers, RetryCount, %s, %s FROM %s`, toUTC("Time"), readKey, readParked, t),
+			ID:   "Id", Due: "Time", Owner: "Owner", Destination: "Destination", Key: "DedupKey", Parked: "ParkedReason",
 			Top: true, TimeParam: toDateTime2,
 		},
 		exists: fmt.Sprintf(`SELECT 1 FROM %s WHERE Id = @id`, t),
@@ -187,10 +200,20 @@ WHERE NOT EXISTS (SELECT 1 FROM %[1]s WHERE Id = @id)
 	AND NOT EXISTS (SELECT 1 FROM %[1]s WHERE DedupKey = @key AND DedupKey IS NOT NULL);
 SELECT @@ROWCOUNT;`, t, toDateTime2("@due")),
 		reschedule: fmt.Sprintf(`UPDATE %s SET Time = %s, AvailableAt = %s
-WHERE Id = @id AND (AvailableAt = Time OR AvailableAt <= %s);
+WHERE Id = @id AND (AvailableAt = Time OR AvailableAt <= %s) AND ParkedReason IS NULL;
 SELECT @@ROWCOUNT;`, t, toDateTime2("@due"), toDateTime2("@due"), toDateTime2("@now")),
+		// A parked row's AvailableAt is MaxDue (@parkedAt), beyond every claim.
+		park: fmt.Sprintf(`UPDATE %s SET AvailableAt = %s, ParkedReason = @reason, ClaimedBy = NULL, DedupKey = NULL
+WHERE Id = @id;
+SELECT @@ROWCOUNT;`, t, toDateTime2("@parkedAt")),
+		releaseClaimsOf: fmt.Sprintf(`UPDATE %s SET AvailableAt = Time, ClaimedBy = NULL
+WHERE ClaimedBy = @instance AND AvailableAt <> Time AND AvailableAt < %s AND ParkedReason IS NULL;
+SELECT @@ROWCOUNT;`, t, toDateTime2("@hiddenFrom")),
 	}
 }
+
+// readParked reads the parking reason, empty for none.
+const readParked = "COALESCE(ParkedReason, N'')"
 
 // readKey reads the key column, empty for none.
 const readKey = "COALESCE(DedupKey, N'')"
@@ -214,7 +237,7 @@ func toUTC(expr string) string {
 
 // setupBatches are the batches SetupInfrastructure runs, in order.
 func (q queries) setupBatches() []string {
-	return []string{q.setupSchema, q.setupTable, q.addKey, q.keyIndex}
+	return []string{q.setupSchema, q.setupTable, q.addKey, q.keyIndex, q.addParked}
 }
 
 // SetupScript returns the T-SQL that SetupInfrastructure runs for config: it creates the schema,

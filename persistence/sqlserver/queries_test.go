@@ -79,7 +79,7 @@ func TestStatementsParse(t *testing.T) {
 		"lockSetup":             nil,
 		"store":                 {"destination", "due", "failureCount", "headers", "id", "owner", "state"},
 		"next":                  nil,
-		"claim":                 {"limit", "now", "until"},
+		"claim":                 {"by", "limit", "now", "until"},
 		"peek":                  {"id"},
 		"delete":                {"id"},
 		"incrementFailureCount": {"id"},
@@ -97,9 +97,15 @@ func TestStatementsParse(t *testing.T) {
 		"listFiltered":          {"afterDue", "afterID", "destination", "dueBefore", "dueFrom", "key", "limit", "owner"},
 		"storeMany(2)": {"destination0", "destination1", "due0", "due1", "failureCount0", "failureCount1",
 			"headers0", "headers1", "id0", "id1", "owner0", "owner1", "state0", "state1"},
-		"peekMany(2)":    {"id0", "id1"},
-		"removeMany(2)":  {"id0", "id1"},
-		"releaseMany(2)": {"id0", "id1"},
+		"peekMany(2)":     {"id0", "id1"},
+		"removeMany(2)":   {"id0", "id1"},
+		"releaseMany(2)":  {"id0", "id1"},
+		"addParked":       nil,
+		"park":            {"id", "parkedAt", "reason"},
+		"releaseClaimsOf": {"hiddenFrom", "instance"},
+		"holdInstance":    {"resource"},
+		"releaseInstance": {"resource"},
+		"unparkMany(2)":   {"id0", "id1"},
 	}
 	for name, config := range goldenCases() {
 		t.Run(name, func(t *testing.T) {
@@ -182,8 +188,11 @@ func TestSchema(t *testing.T) {
 		order = append(order, c.name)
 		require.False(t, reservedKeywords()[strings.ToUpper(c.name)], "column %s is a reserved keyword", c.name)
 	}
-	// The seed's six columns first, in its order, then the three timeoutmill adds.
-	require.Equal(t, []string{"Id", "Destination", "State", "Time", "Headers", "RetryCount", "AvailableAt", "Owner", "DedupKey"}, order)
+	// The seed's six columns first, in its order, then the five timeoutmill adds.
+	require.Equal(t, []string{"Id", "Destination", "State", "Time", "Headers", "RetryCount", "AvailableAt", "Owner", "DedupKey",
+		"ParkedReason", "ClaimedBy"}, order)
+	require.Equal(t, "nvarchar ( 2000 ) NULL", got["ParkedReason"], "2000 bytes of UTF-8 are at most 2000 UTF-16 code units")
+	require.Equal(t, "nvarchar ( 250 ) COLLATE Latin1_General_100_BIN2 NULL", got["ClaimedBy"])
 
 	require.Equal(t, "nvarchar ( 250 ) COLLATE Latin1_General_100_BIN2 NOT NULL PRIMARY KEY", got["Id"])
 	require.Equal(t, 250, persistence.MaxIDLength, "Id is nvarchar(250): a 250-byte UTF-8 id is at most 250 UTF-16 code units")
@@ -218,32 +227,38 @@ func TestResultColumns(t *testing.T) {
 	want := map[string][]string{
 		"setupSchema":           nil,
 		"setupTable":            nil,
-		"installed":             {"COUNT(*)"},
+		"installed":             {"COUNT(*)+CASEWHENCOL_LENGTH(N'[dbo].[orders.timeouts]','ParkedReason')ISNULLTHEN0ELSE1END"},
 		"lockSetup":             nil,
 		"store":                 {"@@ROWCOUNT"},
 		"next":                  {"TODATETIMEOFFSET(MIN(AvailableAt),0)"},
 		"claim":                 {"inserted.Id", "TODATETIMEOFFSET(inserted.Time,0)"},
-		"peek":                  {"Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "State", "Headers", "RetryCount", "COALESCE(DedupKey,N'')"},
+		"peek":                  {"Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "State", "Headers", "RetryCount", "COALESCE(DedupKey,N'')", "COALESCE(ParkedReason,N'')"},
 		"delete":                {"@@ROWCOUNT"},
 		"incrementFailureCount": {"@@ROWCOUNT"},
 		"cancelByOwner":         {"@@ROWCOUNT"},
 		"addKey":                nil,
 		"keyIndex":              nil,
-		"stats": {"COUNT(*)", "SUM(CASEWHENTime<=CAST(@nowASdatetime2(7))THEN1ELSE0END)",
-			"SUM(CASEWHENAvailableAt<>TimeANDAvailableAt>CAST(@nowASdatetime2(7))THEN1ELSE0END)",
-			"TODATETIMEOFFSET(MIN(Time),0)", "TODATETIMEOFFSET(MAX(Time),0)"},
+		"stats": {"COUNT(*)", "SUM(CASEWHENTime<=CAST(@nowASdatetime2(7))ANDParkedReasonISNULLTHEN1ELSE0END)",
+			"SUM(CASEWHENAvailableAt<>TimeANDAvailableAt>CAST(@nowASdatetime2(7))ANDParkedReasonISNULLTHEN1ELSE0END)",
+			"SUM(CASEWHENParkedReasonISNOTNULLTHEN1ELSE0END)", "TODATETIMEOFFSET(MIN(Time),0)", "TODATETIMEOFFSET(MAX(Time),0)"},
 		"statsByDestination": {"Destination", "COUNT(*)"},
 		"exists":             {"1"},
 		"keyHolder":          {"Id", "TODATETIMEOFFSET(Time,0)", "TODATETIMEOFFSET(AvailableAt,0)"},
 		"dropKey":            {"@@ROWCOUNT"},
 		"schedule":           {"@@ROWCOUNT"},
 		"reschedule":         {"@@ROWCOUNT"},
-		"list":               {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "Headers", "RetryCount", "COALESCE(DedupKey,N'')"},
-		"listFiltered":       {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "Headers", "RetryCount", "COALESCE(DedupKey,N'')"},
+		"list":               {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "Headers", "RetryCount", "COALESCE(DedupKey,N'')", "COALESCE(ParkedReason,N'')"},
+		"listFiltered":       {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "Headers", "RetryCount", "COALESCE(DedupKey,N'')", "COALESCE(ParkedReason,N'')"},
 		"storeMany(2)":       {"inserted.Id"},
-		"peekMany(2)":        {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "State", "Headers", "RetryCount", "COALESCE(DedupKey,N'')"},
+		"peekMany(2)":        {"Id", "Destination", "TODATETIMEOFFSET(Time,0)", "Owner", "State", "Headers", "RetryCount", "COALESCE(DedupKey,N'')", "COALESCE(ParkedReason,N'')"},
 		"removeMany(2)":      {"deleted.Id"},
 		"releaseMany(2)":     {"@@ROWCOUNT"},
+		"addParked":          nil,
+		"park":               {"@@ROWCOUNT"},
+		"releaseClaimsOf":    {"@@ROWCOUNT"},
+		"unparkMany(2)":      {"@@ROWCOUNT"},
+		"holdInstance":       {"@result"},
+		"releaseInstance":    nil,
 	}
 	for _, st := range statements(q) {
 		got, err := resultColumns(st.sql)
@@ -264,7 +279,7 @@ func TestClaimUpdatesThroughItsCTE(t *testing.T) {
 			selected = append(selected, toks[i].text)
 		}
 	}
-	require.Equal(t, []string{"Id", "Time", "AvailableAt"}, selected)
+	require.Equal(t, []string{"Id", "Time", "AvailableAt", "ClaimedBy"}, selected)
 	for i, tok := range toks {
 		if isWord(tok, "SET") || tok.text == "inserted" {
 			col := toks[i+1]

@@ -27,7 +27,7 @@ func keywords() map[string]bool {
 // catalogNames are the system objects and columns the store reads, and the procedure it calls.
 // They are compared exactly: on a server with a case-sensitive collation they must be.
 func catalogNames() []string {
-	return []string{"sys", "objects", "indexes", "object_id", "name", "type", "sp_getapplock"}
+	return []string{"sys", "objects", "indexes", "object_id", "name", "type", "sp_getapplock", "sp_releaseapplock"}
 }
 
 // localNames are names the statements give themselves: the claim's CTE, OUTPUT's rows, and
@@ -92,6 +92,11 @@ func statements(q queries) []namedSQL {
 		{"dropKey", q.dropKey},
 		{"schedule", q.schedule},
 		{"reschedule", q.reschedule},
+		{"addParked", q.addParked},
+		{"park", q.park},
+		{"releaseClaimsOf", q.releaseClaimsOf},
+		{"holdInstance", holdInstance},
+		{"releaseInstance", releaseInstance},
 		// List's statement is made for the filters set; checked without any and with all.
 		{"list", listStatement(q, persistence.ListOptions{})},
 		{"listFiltered", listStatement(q, allFilters())},
@@ -100,6 +105,7 @@ func statements(q queries) []namedSQL {
 		{"peekMany(2)", q.peekMany(2)},
 		{"removeMany(2)", q.removeMany(2)},
 		{"releaseMany(2)", q.releaseMany(2)},
+		{"unparkMany(2)", q.unparkMany(2)},
 	}
 }
 

@@ -2,7 +2,9 @@ package sqlserver
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -102,6 +104,9 @@ func (s *Store) dialect() sqlstore.Dialect {
 			PeekIn:                s.q.peekMany,
 			RemoveIn:              s.q.removeMany,
 			ReleaseIn:             s.q.releaseMany,
+			UnparkIn:              s.q.unparkMany,
+			Park:                  s.q.park,
+			ReleaseClaimsOf:       s.q.releaseClaimsOf,
 		},
 		Named:    true,
 		Time:     func(t time.Time) any { return utc(t) },
@@ -118,8 +123,47 @@ func (s *Store) dialect() sqlstore.Dialect {
 		Retry:        func(err error) bool { return isServerError(err, errDeadlock) },
 		StoreRows:    s.storeRows,
 		MaxStoreRows: maxStoreRows,
+		Hold:         s.hold,
 	}
 }
+
+var (
+	_ persistence.Parker  = (*Store)(nil)
+	_ persistence.Claimer = (*Store)(nil)
+)
+
+// hold takes instance with sp_getapplock, owned by the session, on a connection of its own (see
+// sqlstore.HoldOnConn). Application locks are per database and their names at most 255
+// characters: the name is a SHA-256, in hex, of the table and the instance.
+func (s *Store) hold(ctx context.Context, instance string) (func() error, bool, error) {
+	sum := sha256.Sum256([]byte(s.q.table + "\x00" + instance))
+	resource := "timeoutmill instance " + hex.EncodeToString(sum[:])
+	return sqlstore.HoldOnConn(ctx, s.db, sqlstore.SessionLock{
+		Try: func(ctx context.Context, conn *sql.Conn) (bool, error) {
+			var result int
+			if err := conn.QueryRowContext(ctx, holdInstance, sql.Named("resource", resource)).Scan(&result); err != nil {
+				return false, err
+			}
+			if result < -1 {
+				return false, fmt.Errorf("sp_getapplock returned %d", result)
+			}
+			return result >= 0, nil // 0 or 1 granted, -1 held elsewhere
+		},
+		Unlock: func(ctx context.Context, conn *sql.Conn) error {
+			_, err := conn.ExecContext(ctx, releaseInstance, sql.Named("resource", resource))
+			return err
+		},
+	})
+}
+
+// holdInstance takes the session's application lock on @resource without waiting, and selects
+// sp_getapplock's result; releaseInstance gives it back.
+const (
+	holdInstance = `DECLARE @result int;
+EXEC @result = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', @LockOwner = 'Session', @LockTimeout = 0;
+SELECT @result;`
+	releaseInstance = `EXEC sp_releaseapplock @Resource = @resource, @LockOwner = 'Session';`
+)
 
 // c is the store's core: for a store that Open or New did not make, one whose calls all fail.
 func (s *Store) c() *sqlstore.Store {
@@ -130,8 +174,8 @@ func (s *Store) c() *sqlstore.Store {
 }
 
 // SetupInfrastructure creates the schema, the table and its indexes when they are missing (the
-// script SetupScript returns), and adds the key column and its index to a table an older
-// version created. When all exist it changes nothing and needs no right to create
+// script SetupScript returns), and adds the key column and its index, the parking reason and the
+// claiming instance to a table an older version created. When all exist it changes nothing and needs no right to create
 // them.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	if err := sqlstore.Opened(s.c()); err != nil {
@@ -141,7 +185,7 @@ func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	if err := s.db.QueryRowContext(ctx, s.q.installed).Scan(&indexes); err != nil {
 		return fmt.Errorf("sqlserver: set up %s: %w", s.q.table, err)
 	}
-	if indexes == 4 {
+	if indexes == 5 {
 		return nil
 	}
 	if err := s.install(ctx); err != nil {

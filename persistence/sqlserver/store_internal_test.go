@@ -26,9 +26,12 @@ func fakeAnswer(q queries, due time.Time) func(c call) answer {
 	return func(c call) answer {
 		switch c.query {
 		case q.installed:
-			return rowsOf([]driver.Value{int64(4)})
-		case q.store, q.delete, q.incrementFailureCount, q.cancelByOwner, q.releaseMany(2), q.dropKey, q.schedule, q.reschedule:
+			return rowsOf([]driver.Value{int64(5)})
+		case q.store, q.delete, q.incrementFailureCount, q.cancelByOwner, q.releaseMany(2), q.dropKey, q.schedule, q.reschedule,
+			q.park, q.releaseClaimsOf, q.unparkMany(2):
 			return rowsOf([]driver.Value{int64(1)})
+		case holdInstance: // granted
+			return rowsOf([]driver.Value{int64(0)})
 		case q.keyHolder: // a claimed holder, which gives its key up
 			return rowsOf([]driver.Value{"h", due, due.Add(time.Hour)})
 		case q.statsByDestination:
@@ -38,15 +41,15 @@ func fakeAnswer(q queries, due time.Time) func(c call) answer {
 		case q.claim:
 			return rowsOf([]driver.Value{"a", due})
 		case q.peek:
-			return rowsOf([]driver.Value{"orders", due, "", []byte("p"), persistence.EncodeMetadata(nil), int64(0), ""})
+			return rowsOf([]driver.Value{"orders", due, "", []byte("p"), persistence.EncodeMetadata(nil), int64(0), "", ""})
 		case q.stats:
-			return rowsOf([]driver.Value{int64(1), int64(1), nil, due, due})
+			return rowsOf([]driver.Value{int64(1), int64(1), nil, int64(0), due, due})
 		case listStatement(q, persistence.ListOptions{}), listStatement(q, allFilters()):
-			return rowsOf([]driver.Value{"a", "orders", due, "o", persistence.EncodeMetadata(nil), int64(0), "k"})
+			return rowsOf([]driver.Value{"a", "orders", due, "o", persistence.EncodeMetadata(nil), int64(0), "k", ""})
 		case q.storeMany(2), q.removeMany(2):
 			return rowsOf([]driver.Value{"a"}, []driver.Value{"b"})
 		case q.peekMany(2):
-			return rowsOf([]driver.Value{"a", "orders", due, "o", []byte("p"), persistence.EncodeMetadata(nil), int64(0), ""})
+			return rowsOf([]driver.Value{"a", "orders", due, "o", []byte("p"), persistence.EncodeMetadata(nil), int64(0), "", "parked"})
 		}
 		return answer{}
 	}
@@ -98,6 +101,17 @@ func exercise(t *testing.T, store *Store, due time.Time) {
 	require.NoError(t, err)
 	_, err = store.RemoveMany(ctx, []string{"a", "b"})
 	require.NoError(t, err)
+	_, err = store.Park(ctx, "a", "reason")
+	require.NoError(t, err)
+	_, err = store.Unpark(ctx, []string{"a", "b"})
+	require.NoError(t, err)
+	_, err = store.ClaimDueAs(ctx, "instance-1", due, 10, time.Minute)
+	require.NoError(t, err)
+	_, err = store.ReleaseClaimsOf(ctx, "instance-1")
+	require.NoError(t, err)
+	release, err := store.HoldInstance(ctx, "instance-1")
+	require.NoError(t, err)
+	require.NoError(t, release())
 	_, err = store.Release(ctx, []string{"a", "b"})
 	require.NoError(t, err)
 	require.NoError(t, store.SetupInfrastructure(ctx))
@@ -320,11 +334,11 @@ func TestPeek(t *testing.T) {
 	store, _ := newFakeStore(t, Config{Endpoint: ordersEndpoint}, func(c call) answer {
 		switch c.args["id"] {
 		case "a":
-			return rowsOf([]driver.Value{"orders", time.Date(2030, 1, 1, 12, 0, 0, 1000, zone), "o", []byte("p"), persistence.EncodeMetadata(md), int64(4), "k"})
+			return rowsOf([]driver.Value{"orders", time.Date(2030, 1, 1, 12, 0, 0, 1000, zone), "o", []byte("p"), persistence.EncodeMetadata(md), int64(4), "k", "too big"})
 		case "null-state":
-			return rowsOf([]driver.Value{"orders", time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC), "", nil, persistence.EncodeMetadata(nil), int64(0), ""})
+			return rowsOf([]driver.Value{"orders", time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC), "", nil, persistence.EncodeMetadata(nil), int64(0), "", ""})
 		case "corrupt":
-			return rowsOf([]driver.Value{"orders", time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC), "", nil, []byte{9, 9}, int64(0), ""})
+			return rowsOf([]driver.Value{"orders", time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC), "", nil, []byte{9, 9}, int64(0), "", ""})
 		}
 		return answer{}
 	})
@@ -332,7 +346,7 @@ func TestPeek(t *testing.T) {
 	got, err := store.Peek(ctx, "a")
 	require.NoError(t, err)
 	require.Equal(t, persistence.Timeout{
-		ID: "a", Destination: "orders", Owner: "o", Payload: []byte("p"), Metadata: md, FailureCount: 4, Key: "k",
+		ID: "a", Destination: "orders", Owner: "o", Payload: []byte("p"), Metadata: md, FailureCount: 4, Key: "k", Parked: "too big",
 		Due: time.Date(2030, 1, 1, 15, 0, 0, 1000, time.UTC),
 	}, got, "the instant read, in UTC")
 
@@ -359,9 +373,9 @@ func TestNextAndStats(t *testing.T) {
 		case c.query == q.next:
 			return rowsOf([]driver.Value{time.Date(2030, 1, 1, 9, 0, 0, 0, tokyo)})
 		case c.query == q.stats && empty:
-			return rowsOf([]driver.Value{int64(0), nil, nil, nil, nil})
+			return rowsOf([]driver.Value{int64(0), nil, nil, nil, nil, nil})
 		case c.query == q.stats:
-			return rowsOf([]driver.Value{int64(2), int64(1), int64(0), time.Date(2030, 1, 1, 9, 0, 0, 0, tokyo), time.Date(2031, 1, 1, 9, 0, 0, 0, tokyo)})
+			return rowsOf([]driver.Value{int64(2), int64(1), int64(0), int64(1), time.Date(2030, 1, 1, 9, 0, 0, 0, tokyo), time.Date(2031, 1, 1, 9, 0, 0, 0, tokyo)})
 		case c.query == q.statsByDestination && !empty:
 			return rowsOf([]driver.Value{"orders", int64(2)})
 		}
@@ -386,6 +400,7 @@ func TestNextAndStats(t *testing.T) {
 	require.Equal(t, persistence.Stats{
 		Pending:       2,
 		DueNow:        1,
+		Parked:        1,
 		Earliest:      time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC),
 		Latest:        time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC),
 		ByDestination: map[string]int{"orders": 2},
@@ -495,19 +510,20 @@ func TestSetupInfrastructureLooksThenLocks(t *testing.T) {
 	})
 	ctx := t.Context()
 
-	indexes = 4
+	indexes = 5
 	require.NoError(t, store.SetupInfrastructure(ctx))
 	require.Len(t, fake.recorded(), 1, "only the look")
 	require.Empty(t, fake.txEvents)
 
-	indexes = 3 // a table an older version created: no key index
+	indexes = 3 // a table an older version created: no key index, no parking reason
 	require.NoError(t, store.SetupInfrastructure(ctx))
 	var sent []string
 	for _, c := range fake.recorded()[2:] { // after the two looks
 		require.True(t, c.inTx, "in the transaction:\n%s", c.query)
 		sent = append(sent, c.query)
 	}
-	require.Equal(t, []string{q.lockSetup, q.setupSchema, q.setupTable, q.addKey, q.keyIndex}, sent, "lock, then the script's batches")
+	require.Equal(t, []string{q.lockSetup, q.setupSchema, q.setupTable, q.addKey, q.keyIndex, q.addParked}, sent,
+		"lock, then the script's batches")
 	require.Equal(t, []string{"begin", "commit"}, fake.txEvents)
 
 	failOn = q.setupTable
@@ -539,4 +555,67 @@ func TestErrorsNameTheOperation(t *testing.T) {
 		require.ErrorIs(t, err, cause, prefix)
 		require.True(t, strings.HasPrefix(err.Error(), prefix), "%q should start with %q", err, prefix)
 	}
+}
+
+// TestHoldInstance: sp_getapplock's result decides: granted (0), held by another session (-1,
+// an error wrapping persistence.ErrInstanceInUse naming the instance), or failed (below -1).
+// The resource is the same for one table and instance, and differs for another instance.
+func TestHoldInstance(t *testing.T) {
+	t.Parallel()
+	var (
+		result    int64
+		resources []string
+	)
+	store, fake := newFakeStore(t, Config{Endpoint: ordersEndpoint}, func(c call) answer {
+		switch c.query {
+		case holdInstance:
+			resources = append(resources, c.args["resource"].(string))
+			return rowsOf([]driver.Value{result})
+		case releaseInstance:
+			return answer{}
+		}
+		t.Errorf("unexpected statement:\n%s", c.query)
+		return answer{}
+	})
+	ctx := t.Context()
+	release, err := store.HoldInstance(ctx, "orders-1")
+	require.NoError(t, err)
+	require.NoError(t, release())
+	var released bool
+	for _, c := range fake.recorded() {
+		released = released || c.query == releaseInstance
+	}
+	require.True(t, released, "release gives the application lock back")
+
+	result = -1
+	_, err = store.HoldInstance(ctx, "orders-1")
+	require.ErrorIs(t, err, persistence.ErrInstanceInUse)
+	require.ErrorContains(t, err, `sqlserver: hold instance "orders-1"`)
+	result = -999
+	_, err = store.HoldInstance(ctx, "orders-2")
+	require.ErrorContains(t, err, "sp_getapplock returned -999")
+	require.NotErrorIs(t, err, persistence.ErrInstanceInUse)
+
+	require.Len(t, resources, 3)
+	require.Equal(t, resources[0], resources[1])
+	require.NotEqual(t, resources[0], resources[2])
+	require.LessOrEqual(t, len(resources[0]), 255, "sp_getapplock's limit")
+}
+
+// TestClaimDueAsSendsTheInstance: ClaimDueAs binds the instance as @by in the claim itself, and
+// ClaimDue binds NULL.
+func TestClaimDueAsSendsTheInstance(t *testing.T) {
+	t.Parallel()
+	due := time.Date(2030, 1, 2, 3, 4, 5, 6000, time.UTC)
+	q := queriesFor(t, Config{Endpoint: ordersEndpoint})
+	store, fake := newFakeStore(t, Config{Endpoint: ordersEndpoint}, fakeAnswer(q, due))
+	_, err := store.ClaimDueAs(t.Context(), "orders-1", due, 10, time.Minute)
+	require.NoError(t, err)
+	_, err = store.ClaimDue(t.Context(), due, 10, time.Minute)
+	require.NoError(t, err)
+	calls := fake.recorded()
+	require.Len(t, calls, 2, "one statement a claim")
+	require.Equal(t, "orders-1", calls[0].args["by"])
+	require.Contains(t, calls[1].args, "by")
+	require.Nil(t, calls[1].args["by"])
 }

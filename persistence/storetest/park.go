@@ -60,6 +60,7 @@ func (s suite) testPark(t *testing.T) {
 	mustPark(t, p, "claimed", "too big for the broker")
 	mustPark(t, p, "pending", "first reason")
 	mustPark(t, p, "pending", "second reason")
+	mustPark(t, p, "pending", "second reason") // found, though nothing changes
 	got, err := store.Peek(ctx, "pending")
 	require.NoError(t, err)
 	require.Equal(t, "second reason", got.Parked, "parking again replaces the reason")
@@ -330,6 +331,20 @@ func (s suite) testReleaseClaimsOf(t *testing.T) {
 		}
 		require.NoError(t, err)
 		require.Equal(t, want, ids)
+	}
+	mustStore(ctx, t, store, timeout("given-back", now.Add(-20*time.Second)))
+	claim("a", "given-back")
+	if h, ok := store.(persistence.Handover); ok {
+		n, err := h.Release(ctx, []string{"given-back"})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		n, err = c.ReleaseClaimsOf(ctx, "a")
+		require.NoError(t, err)
+		require.Zero(t, n, "a claim given back is no longer a's")
+		claim("", "given-back") // out of the way of the claims below
+	} else {
+		_, err := store.Remove(ctx, "given-back")
+		require.NoError(t, err)
 	}
 	claim("a", "a1", "a2", "a3")
 	claim("b", "b1")

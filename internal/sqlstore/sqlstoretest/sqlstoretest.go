@@ -147,6 +147,15 @@ func Unopened(t *testing.T, name string, stores ...Store) {
 			calls["PeekMany"] = func() error { _, err := s.PeekMany(ctx, []string{"a"}); return err }
 			calls["RemoveMany"] = func() error { _, err := s.RemoveMany(ctx, []string{"a"}); return err }
 		}
+		if s, ok := store.(persistence.Parker); ok {
+			calls["Park"] = func() error { _, err := s.Park(ctx, "a", "reason"); return err }
+			calls["Unpark"] = func() error { _, err := s.Unpark(ctx, []string{"a"}); return err }
+		}
+		if s, ok := store.(persistence.Claimer); ok {
+			calls["HoldInstance"] = func() error { _, err := s.HoldInstance(ctx, "i"); return err }
+			calls["ClaimDueAs"] = func() error { _, err := s.ClaimDueAs(ctx, "i", now, 1, time.Minute); return err }
+			calls["ReleaseClaimsOf"] = func() error { _, err := s.ReleaseClaimsOf(ctx, "i"); return err }
+		}
 		for method, call := range calls {
 			var err error
 			require.NotPanics(t, func() { err = call() }, "%s of a %T that is nil: %t", method, store, isNil(store))

@@ -17,7 +17,9 @@ BEGIN
 		RetryCount INT NOT NULL DEFAULT(0),
 		AvailableAt datetime2(7) NOT NULL,
 		Owner nvarchar(250) COLLATE Latin1_General_100_BIN2 NOT NULL DEFAULT(N''),
-		DedupKey nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL
+		DedupKey nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL,
+		ParkedReason nvarchar(2000) NULL,
+		ClaimedBy nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL
 	);
 END
 IF NOT EXISTS (
@@ -43,7 +45,7 @@ BEGIN
 END
 
 -- name: installed
-SELECT COUNT(*) FROM sys.indexes
+SELECT COUNT(*) + CASE WHEN COL_LENGTH(N'[dbo].[orders.timeouts]', 'ParkedReason') IS NULL THEN 0 ELSE 1 END FROM sys.indexes
 WHERE object_id = OBJECT_ID(N'[dbo].[orders.timeouts]', 'U') AND name IN ('Index_Time', 'Index_AvailableAt', 'Index_Owner', 'Index_DedupKey')
 
 -- name: lockSetup
@@ -63,16 +65,16 @@ SELECT TODATETIMEOFFSET(MIN(AvailableAt), 0) FROM [dbo].[orders.timeouts]
 
 -- name: claim
 WITH claimable AS (
-	SELECT TOP (@limit) Id, Time, AvailableAt
+	SELECT TOP (@limit) Id, Time, AvailableAt, ClaimedBy
 	FROM [dbo].[orders.timeouts] WITH (INDEX(Index_AvailableAt), READPAST, UPDLOCK, ROWLOCK)
 	WHERE AvailableAt <= CAST(@now AS datetime2(7))
 	ORDER BY AvailableAt
 )
-UPDATE claimable SET AvailableAt = CAST(@until AS datetime2(7))
+UPDATE claimable SET AvailableAt = CAST(@until AS datetime2(7)), ClaimedBy = @by
 OUTPUT inserted.Id, TODATETIMEOFFSET(inserted.Time, 0);
 
 -- name: peek
-SELECT Destination, TODATETIMEOFFSET(Time, 0), Owner, State, Headers, RetryCount, COALESCE(DedupKey, N'') FROM [dbo].[orders.timeouts] WHERE Id = @id
+SELECT Destination, TODATETIMEOFFSET(Time, 0), Owner, State, Headers, RetryCount, COALESCE(DedupKey, N''), COALESCE(ParkedReason, N'') FROM [dbo].[orders.timeouts] WHERE Id = @id
 
 -- name: delete
 DELETE FROM [dbo].[orders.timeouts] WHERE Id = @id;
@@ -100,8 +102,9 @@ BEGIN
 END
 
 -- name: stats
-SELECT COUNT(*), SUM(CASE WHEN Time <= CAST(@now AS datetime2(7)) THEN 1 ELSE 0 END),
-	SUM(CASE WHEN AvailableAt <> Time AND AvailableAt > CAST(@now AS datetime2(7)) THEN 1 ELSE 0 END), TODATETIMEOFFSET(MIN(Time), 0), TODATETIMEOFFSET(MAX(Time), 0)
+SELECT COUNT(*), SUM(CASE WHEN Time <= CAST(@now AS datetime2(7)) AND ParkedReason IS NULL THEN 1 ELSE 0 END),
+	SUM(CASE WHEN AvailableAt <> Time AND AvailableAt > CAST(@now AS datetime2(7)) AND ParkedReason IS NULL THEN 1 ELSE 0 END),
+	SUM(CASE WHEN ParkedReason IS NOT NULL THEN 1 ELSE 0 END), TODATETIMEOFFSET(MIN(Time), 0), TODATETIMEOFFSET(MAX(Time), 0)
 FROM [dbo].[orders.timeouts]
 
 -- name: statsByDestination
@@ -127,15 +130,37 @@ SELECT @@ROWCOUNT;
 
 -- name: reschedule
 UPDATE [dbo].[orders.timeouts] SET Time = CAST(@due AS datetime2(7)), AvailableAt = CAST(@due AS datetime2(7))
-WHERE Id = @id AND (AvailableAt = Time OR AvailableAt <= CAST(@now AS datetime2(7)));
+WHERE Id = @id AND (AvailableAt = Time OR AvailableAt <= CAST(@now AS datetime2(7))) AND ParkedReason IS NULL;
 SELECT @@ROWCOUNT;
 
+-- name: addParked
+IF COL_LENGTH(N'[dbo].[orders.timeouts]', 'ParkedReason') IS NULL
+	ALTER TABLE [dbo].[orders.timeouts] ADD ParkedReason nvarchar(2000) NULL, ClaimedBy nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL;
+
+-- name: park
+UPDATE [dbo].[orders.timeouts] SET AvailableAt = CAST(@parkedAt AS datetime2(7)), ParkedReason = @reason, ClaimedBy = NULL, DedupKey = NULL
+WHERE Id = @id;
+SELECT @@ROWCOUNT;
+
+-- name: releaseClaimsOf
+UPDATE [dbo].[orders.timeouts] SET AvailableAt = Time, ClaimedBy = NULL
+WHERE ClaimedBy = @instance AND AvailableAt <> Time AND AvailableAt < CAST(@hiddenFrom AS datetime2(7)) AND ParkedReason IS NULL;
+SELECT @@ROWCOUNT;
+
+-- name: holdInstance
+DECLARE @result int;
+EXEC @result = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', @LockOwner = 'Session', @LockTimeout = 0;
+SELECT @result;
+
+-- name: releaseInstance
+EXEC sp_releaseapplock @Resource = @resource, @LockOwner = 'Session';
+
 -- name: list
-SELECT TOP (@limit) Id, Destination, TODATETIMEOFFSET(Time, 0), Owner, Headers, RetryCount, COALESCE(DedupKey, N'') FROM [dbo].[orders.timeouts]
+SELECT TOP (@limit) Id, Destination, TODATETIMEOFFSET(Time, 0), Owner, Headers, RetryCount, COALESCE(DedupKey, N''), COALESCE(ParkedReason, N'') FROM [dbo].[orders.timeouts]
 ORDER BY Time, Id
 
 -- name: listFiltered
-SELECT TOP (@limit) Id, Destination, TODATETIMEOFFSET(Time, 0), Owner, Headers, RetryCount, COALESCE(DedupKey, N'') FROM [dbo].[orders.timeouts]
+SELECT TOP (@limit) Id, Destination, TODATETIMEOFFSET(Time, 0), Owner, Headers, RetryCount, COALESCE(DedupKey, N''), COALESCE(ParkedReason, N'') FROM [dbo].[orders.timeouts]
 WHERE Owner = @owner AND Owner <> ''
 	AND Destination = @destination
 	AND DedupKey = @key
@@ -155,7 +180,7 @@ FROM (VALUES
 WHERE NOT EXISTS (SELECT 1 FROM [dbo].[orders.timeouts] AS stored WHERE stored.Id = fresh.Id);
 
 -- name: peekMany(2)
-SELECT Id, Destination, TODATETIMEOFFSET(Time, 0), Owner, State, Headers, RetryCount, COALESCE(DedupKey, N'') FROM [dbo].[orders.timeouts] WHERE Id IN (@id0, @id1)
+SELECT Id, Destination, TODATETIMEOFFSET(Time, 0), Owner, State, Headers, RetryCount, COALESCE(DedupKey, N''), COALESCE(ParkedReason, N'') FROM [dbo].[orders.timeouts] WHERE Id IN (@id0, @id1)
 
 -- name: removeMany(2)
 DELETE FROM [dbo].[orders.timeouts]
@@ -163,6 +188,11 @@ OUTPUT deleted.Id
 WHERE Id IN (@id0, @id1);
 
 -- name: releaseMany(2)
-UPDATE [dbo].[orders.timeouts] SET AvailableAt = Time WHERE Id IN (@id0, @id1);
+UPDATE [dbo].[orders.timeouts] SET AvailableAt = Time, ClaimedBy = NULL WHERE Id IN (@id0, @id1) AND ParkedReason IS NULL;
+SELECT @@ROWCOUNT;
+
+-- name: unparkMany(2)
+UPDATE [dbo].[orders.timeouts] SET AvailableAt = Time, RetryCount = 0, ParkedReason = NULL, ClaimedBy = NULL
+WHERE Id IN (@id0, @id1) AND ParkedReason IS NOT NULL;
 SELECT @@ROWCOUNT;
 
