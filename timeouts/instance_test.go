@@ -66,6 +66,16 @@ type running struct {
 // start, it does not require the manager to run (a twin's start is refused).
 func run(t *testing.T, pubSub *gochannel.GoChannel, store persistence.Store, instance string, logger watermill.LoggerAdapter) *running {
 	t.Helper()
+	r := prepare(t, pubSub, store, instance, logger)
+	r.run(t)
+	return r
+}
+
+// prepare makes the manager and router of run without running them. NewManager's check that the
+// store was opened reads the store's fields: make a second manager of a store before the first
+// uses it.
+func prepare(t *testing.T, pubSub *gochannel.GoChannel, store persistence.Store, instance string, logger watermill.LoggerAdapter) *running {
+	t.Helper()
 	manager, err := timeouts.NewManager(timeouts.Config{
 		Endpoint: endpoint, Store: store, Publisher: pubSub, Subscriber: pubSub,
 		RetryDelay: 20 * time.Millisecond, Instance: instance,
@@ -74,19 +84,22 @@ func run(t *testing.T, pubSub *gochannel.GoChannel, store persistence.Store, ins
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NopLogger{})
 	require.NoError(t, err)
 	require.NoError(t, manager.AddToRouter(router))
-	r := &running{manager: manager, router: router, stopped: make(chan struct{})}
+	return &running{manager: manager, router: router, stopped: make(chan struct{})}
+}
+
+// run runs the router until the test ends.
+func (r *running) run(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		defer close(r.stopped)
-		r.runErr = router.Run(ctx)
+		r.runErr = r.router.Run(ctx)
 	}()
 	t.Cleanup(func() {
 		cancel()
-		_ = router.Close()
+		_ = r.router.Close()
 		<-r.stopped
-		<-manager.Done()
+		<-r.manager.Done()
 	})
-	return r
 }
 
 func newPubSub(t *testing.T) *gochannel.GoChannel {
@@ -168,15 +181,16 @@ func TestInstanceTwinIsRefused(t *testing.T) {
 	store := memory.New()
 	pubSub := newPubSub(t)
 	delivered := subscribe(t, pubSub, "twins")
+	logger := newCountingLogger()
+	// Another process, with a connection of its own: a router closes its subscriber.
+	twin := prepare(t, newPubSub(t), store, "twin", logger)
 	first := run(t, pubSub, store, "twin", nil)
 	<-first.manager.Ready()
 	// A claim the first run holds, announced to nobody: the twin must not give it back.
 	storeDue(t, store, "held-by-first", "twins")
 	require.Equal(t, []string{"held-by-first"}, claimAs(t, store, "twin", time.Hour))
 
-	logger := newCountingLogger()
-	// Another process, with a connection of its own: a router closes its subscriber.
-	twin := run(t, newPubSub(t), store, "twin", logger)
+	twin.run(t)
 	select {
 	case <-twin.manager.Done():
 	case <-time.After(30 * time.Second):
