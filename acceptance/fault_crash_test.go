@@ -22,25 +22,65 @@ import (
 // moment of a kill -9 at most that many dispatcher messages are in flight (the dispatch satellite forwards them together, then removes
 // them together). One whose timeout was forwarded but not yet removed is forwarded again after the
 // restart. Nothing else is forwarded twice: claimed ids that were never announced are claimed
-// again when their lease runs out, and announced ones are looked up before they are forwarded.
+// again when their lease runs out, or at the restart's start when it has the killed run's
+// --instance; announced ones are looked up before they are forwarded, and one process never
+// forwards an id announced twice (its earlier announcement still queued) in two batches at once.
 const inflightPerInstance = connect.ServiceConsumers
 
-// TestFaultKill9WhileStoringAndDispatching kills a `timeoutmill run` process with SIGKILL while
-// 10,000 timeouts are being stored and dispatched, starts it again, and counts: none may be lost,
-// and duplicates are bounded by what was in flight when it died.
-func TestFaultKill9WhileStoringAndDispatching(t *testing.T) {
-	t.Parallel()
-	skipFaultShort(t)
+// restartBound is how long after a restart under the killed run's --instance every timeout due by
+// then may take to arrive (counted from the later of its due time and the restart).
+const restartBound = 5 * time.Second
+
+// crashDrill is what a kill -9 drill saw: the timeouts sent, what arrived, and when the second
+// process was launched.
+type crashDrill struct {
+	msgs      []timeoutMsg
+	got       *tally
+	f         figures
+	restarted time.Time // the second process's launch
+	allAt     time.Time // every timeout had arrived
+	second    *service
+}
+
+// waits is how long each timeout not delivered before the restart took after the later of its due
+// time and the restart: the worst of those due by the restart (and how many took longer than
+// bound), and the worst of those due after it.
+func (d crashDrill) waits(bound time.Duration) (worstDue time.Duration, beyond, dueByRestart int, worstLater time.Duration) {
+	for _, m := range d.msgs {
+		at := d.got.firstArrival(m.id)
+		if at.IsZero() || at.Before(d.restarted) {
+			continue // lost (counted elsewhere), or delivered before the restart
+		}
+		if m.due.After(d.restarted) {
+			worstLater = max(worstLater, at.Sub(m.due))
+			continue
+		}
+		dueByRestart++
+		wait := at.Sub(d.restarted)
+		worstDue = max(worstDue, wait)
+		if wait > bound {
+			beyond++
+		}
+	}
+	return worstDue, beyond, dueByRestart, worstLater
+}
+
+// killAndRestart runs `timeoutmill run` (with extra flags for each process), kills it with SIGKILL
+// while 10,000 timeouts (3,000 outside CI) are being stored and dispatched, starts a second
+// process, waits for every timeout, and checks that none was lost, nothing went to the error
+// queue and duplicates stay within what was in flight. It logs the figures.
+func killAndRestart(t *testing.T, tag string, firstFlags, secondFlags []string, recovery string) crashDrill {
+	t.Helper()
 	count := 10000
 	if !longFaultCases() {
 		count = 3000 // outside CI; TIMEOUTMILL_FAULT_LONG=1 runs the full 10,000
 	}
-	e := newEnv(t, "crash")
+	e := newEnv(t, tag)
 	dsn := postgresDatabase(t, testenv.PostgresDSN(t))
 	dest := e.queue("due")
 	client := newBrokerClient(t, e.url)
 	args := runArgs(e.endpoint, dsn, e.url, e.errorQueue, "--close-timeout", "10s")
-	first := startService(t, "crash-1", args...)
+	first := startService(t, tag+"-1", append(args, firstFlags...)...)
 	got := client.consume(t, dest)
 	errs := client.consume(t, e.errorQueue)
 
@@ -60,28 +100,118 @@ func TestFaultKill9WhileStoringAndDispatching(t *testing.T) {
 	killedAt := time.Now()
 	require.NoError(t, <-sent)
 
-	second := startService(t, "crash-2", args...)
-	restarted := time.Now()
+	d := crashDrill{msgs: msgs, got: got}
+	d.second = runCommand(t, tag+"-2", append(args, secondFlags...)...)
+	d.restarted = d.second.started
+	if _, ok := d.second.waitLog(`msg=Running`, 90*time.Second); !ok {
+		t.Fatalf("the second process did not start within 90 s; its output:\n%s", d.second.output())
+	}
 	deliveredBefore := got.distinct()
 	require.True(t, got.waitDistinct(count, 4*time.Minute), "all delivered after the restart (%d of %d)", got.distinct(), count)
-	allAt := time.Now()
+	d.allAt = time.Now()
 	drain := waitDrained(t, client, dsn, e.endpoint, 2*time.Minute)
 	got.quiet(2*time.Second, 10*time.Second)
 
-	f := got.figures(ids(msgs))
+	d.f = got.figures(ids(msgs))
+	worstDue, beyond, dueByRestart, worstLater := d.waits(restartBound)
 	faultLog(t, "%s (error queue %d); at the kill: %d delivered, %d stored (the rest still being sent and stored), %d waiting in the Timeouts queue, %d ids waiting for dispatch; "+
-		"restart %s after the kill; all delivered %s after the restart (ids claimed but not announced wait for their lease, 1 min); store drained %s later; duplicates allowed: %d",
-		f, errs.distinct(), atKill.delivered, atKill.stored, atKill.toStore, atKill.toDispatch,
-		restarted.Sub(killedAt).Round(time.Millisecond), allAt.Sub(restarted).Round(time.Millisecond), drain.Round(time.Millisecond),
-		inflightPerInstance)
-	requireNoneLost(t, f)
+		"restart %s after the kill; all delivered %s after the restart (%s); %d due by the restart and not yet delivered: the worst arrived %s after the restart, %d beyond %s; "+
+		"the worst of those due later arrived %s after its due time; store drained %s later; duplicates allowed: %d",
+		d.f, errs.distinct(), atKill.delivered, atKill.stored, atKill.toStore, atKill.toDispatch,
+		d.restarted.Sub(killedAt).Round(time.Millisecond), d.allAt.Sub(d.restarted).Round(time.Millisecond), recovery,
+		dueByRestart, worstDue.Round(time.Millisecond), beyond, restartBound, worstLater.Round(time.Millisecond),
+		drain.Round(time.Millisecond), inflightPerInstance)
+	requireNoneLost(t, d.f)
 	require.Zero(t, errs.distinct(), "nothing went to the error queue")
-	require.LessOrEqual(t, f.duplicated, inflightPerInstance, "duplicates beyond what was in flight: %v", f.duplicatedIDs)
+	require.LessOrEqual(t, d.f.duplicated, inflightPerInstance, "duplicates beyond what was in flight: %v", d.f.duplicatedIDs)
 	require.Greater(t, got.distinct(), deliveredBefore, "the restarted service delivered")
+	return d
+}
 
-	second.signal(t, sigterm)
-	code, _ := second.wait(t, time.Minute)
+// TestFaultKill9WhileStoringAndDispatching kills a `timeoutmill run` process with SIGKILL while
+// 10,000 timeouts are being stored and dispatched, starts it again, and counts: none may be lost,
+// and duplicates are bounded by what was in flight when it died. Neither process has a stable
+// --instance (each takes the default, host name and process id), so ids the killed one claimed
+// and never announced wait for their lease: the path of distinct instances.
+func TestFaultKill9WhileStoringAndDispatching(t *testing.T) {
+	t.Parallel()
+	skipFaultShort(t)
+	d := killAndRestart(t, "crash", nil, nil, "no stable --instance: ids claimed but not announced wait for their lease, 1 min")
+	line, ok := d.second.find("Gave back the claims an earlier run of this instance left")
+	require.True(t, ok, "the second process took its own name")
+	require.Contains(t, line.text, "released=0", "a new default name has no earlier claims to give back")
+
+	d.second.signal(t, sigterm)
+	code, _ := d.second.wait(t, time.Minute)
 	require.Equal(t, 0, code, "a clean stop after the recovery")
+}
+
+// TestFaultKill9SameInstance is the crash drill with a stable --instance, as a StatefulSet pod or
+// a systemd unit instance gives: the restart takes back at once what the killed run claimed, so
+// every timeout due by the restart arrives within restartBound of it, none lost, duplicates within
+// what was in flight at the kill.
+func TestFaultKill9SameInstance(t *testing.T) {
+	t.Parallel()
+	skipFaultShort(t)
+	name := []string{"--instance", "timeoutmill-crash-" + randomHex(t, 4)}
+	d := killAndRestart(t, "crash-same", name, name, "same --instance: the restart gave back the killed run's claims")
+	line, ok := d.second.find("Gave back the claims an earlier run of this instance left")
+	require.True(t, ok, "the restart says what it gave back")
+	t.Logf("the restart: %s", line.text)
+
+	worstDue, beyond, dueByRestart, _ := d.waits(restartBound)
+	require.Positive(t, dueByRestart, "the drill left timeouts due and undelivered at the restart")
+	require.Zero(t, beyond, "every timeout due by the restart arrived within %s of it (the worst: %s)", restartBound, worstDue)
+
+	d.second.signal(t, sigterm)
+	code, _ := d.second.wait(t, time.Minute)
+	require.Equal(t, 0, code, "a clean stop after the recovery")
+}
+
+// TestFaultTwinInstanceIsRefused starts a second `timeoutmill run` with the --instance of a running
+// one: it exits non-zero naming the instance, and the first keeps running and delivering. Once the
+// first stopped cleanly, the name is free again.
+func TestFaultTwinInstanceIsRefused(t *testing.T) {
+	t.Parallel()
+	skipFaultShort(t)
+	e := newEnv(t, "twin")
+	dsn := postgresDatabase(t, testenv.PostgresDSN(t))
+	dest := e.queue("due")
+	client := newBrokerClient(t, e.url)
+	name := "timeoutmill-twin-" + randomHex(t, 4)
+	args := runArgs(e.endpoint, dsn, e.url, e.errorQueue, "--close-timeout", "10s", "--instance", name)
+	first := startService(t, "twin-1", args...)
+	got := client.consume(t, dest)
+
+	twin := runCommand(t, "twin-2", args...)
+	code, exitedAt := twin.wait(t, 2*time.Minute)
+	require.NotZero(t, code, "the twin exits non-zero; its output:\n%s", twin.output())
+	line, ok := twin.find("instance name in use")
+	require.True(t, ok, "the twin says why; its output:\n%s", twin.output())
+	require.Contains(t, line.text, name, "and names the instance")
+	require.True(t, first.running(), "the first keeps running")
+
+	msgs := newTimeouts(500, dest, time.Now().Add(time.Second), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err := client.send(ctx, wire.TimeoutsQueue(e.endpoint), msgs)
+	require.NoError(t, err)
+	require.True(t, got.waitDistinct(len(msgs), 2*time.Minute), "the first delivers on (%d of %d)", got.distinct(), len(msgs))
+	got.quiet(time.Second, 10*time.Second)
+	f := got.figures(ids(msgs))
+	faultLog(t, "twin refused %s after its launch with exit code %d (%q); the first then delivered: %s",
+		exitedAt.Sub(twin.started).Round(time.Millisecond), code, line.text, f)
+	requireNoneLost(t, f)
+	require.Zero(t, f.duplicated)
+
+	first.signal(t, sigterm)
+	code, _ = first.wait(t, time.Minute)
+	require.Equal(t, 0, code)
+	again := startService(t, "twin-3", args...) // the name was let go at the stop
+	require.True(t, again.running())
+	again.signal(t, sigterm)
+	code, _ = again.wait(t, time.Minute)
+	require.Equal(t, 0, code)
 }
 
 // TestFaultKill9ExactlyOnce is the crash case in the exactly-once mode: `timeoutmill run

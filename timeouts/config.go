@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
@@ -142,6 +145,18 @@ type Config struct {
 	Forwarder Forwarder
 	// SkipInfrastructureSetup leaves the store's tables to the operator (see `timeoutmill setup`).
 	SkipInfrastructureSetup bool
+	// Instance names this manager's run, stable across its restarts (a StatefulSet pod's name, a
+	// systemd unit's instance): at most persistence.MaxIDLength bytes of UTF-8, no control
+	// characters. When it is set and the Store implements persistence.Claimer, the manager holds
+	// the name while it runs (after the store's set-up, before the poller's first claim), gives
+	// back at once what an earlier run of that name claimed and did not deliver (a kill -9 leaves
+	// such claims), records the name on its claims, and lets the name go when it stops. Two
+	// running managers must never share a name: the store refuses the second one's start
+	// (persistence.ErrInstanceInUse, see Manager.Err): it handles and releases nothing, and
+	// closes its router. With a Store that does not implement persistence.Claimer the name changes
+	// nothing: ids claimed by a crashed run wait for their lease (ClaimLease), as they do with no
+	// name. Defaults to empty: no name, claims wait for their lease.
+	Instance string
 }
 
 func (c *Config) setDefaults() {
@@ -237,7 +252,28 @@ func (c Config) validate() error {
 	case c.RetryDelay < 0:
 		return invalid("RetryDelay must not be negative, got %s", c.RetryDelay)
 	}
+	if why := invalidInstance(c.Instance); why != "" {
+		return invalid("Instance %s", why)
+	}
 	return nil
+}
+
+// invalidInstance says what is wrong with a Config.Instance, or returns "": empty (no name), or a
+// name a store can keep.
+func invalidInstance(name string) string {
+	switch {
+	case name == "":
+		return ""
+	case len(name) > persistence.MaxIDLength:
+		return fmt.Sprintf("is %d bytes long; at most %d", len(name), persistence.MaxIDLength)
+	case !utf8.ValidString(name):
+		return fmt.Sprintf("%q is not valid UTF-8", name)
+	case strings.TrimSpace(name) == "":
+		return fmt.Sprintf("%q is only white space", name)
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return fmt.Sprintf("%q contains a control character", name)
+	}
+	return ""
 }
 
 // unopened reports whether a store is a nil pointer, or a pointer to a struct with every field

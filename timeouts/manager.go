@@ -33,10 +33,12 @@ type Manager struct {
 	metrics      *metrics
 	tracing      tracing
 	stop         *lifecycle
+	instance     *instance
 
 	mu         sync.Mutex
 	router     *message.Router
 	critErr    *critical.Error
+	startErr   error           // why the manager refused to start (an instance name in use)
 	subscribed int             // the satellites' subscriptions made so far
 	pollCtx    context.Context // the store satellite's subscription context
 	started    bool
@@ -63,6 +65,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		ready:  make(chan struct{}),
 	}
 	m.stop = newLifecycle(config.Store, config.Publisher, m.logger)
+	m.instance = newInstance(config)
 	m.tracing = newTracing(config.TracerProvider)
 
 	var breakerNames []string
@@ -117,6 +120,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		interval:   config.PollInterval,
 		batch:      config.ClaimBatchSize,
 		lease:      config.ClaimLease,
+		claimAs:    m.instance.claimsAs(),
 		retryDelay: config.RetryDelay,
 		fetch:      fetchBreaker,
 		dispatch:   dispatchBreaker,
@@ -231,10 +235,15 @@ func (m *Manager) CancelByOwner(ctx context.Context, owner string) (int, error) 
 	return m.cfg.Store.CancelByOwner(ctx, owner)
 }
 
-// Err returns the first critical error raised, or nil.
+// Err returns why the manager stopped on its own: the error that refused its start (another
+// running manager holds its Config.Instance: errors.Is(err, persistence.ErrInstanceInUse), and the
+// text names the instance), or the first critical error raised. It returns nil otherwise.
 func (m *Manager) Err() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.startErr != nil {
+		return m.startErr
+	}
 	if m.critErr == nil {
 		return nil
 	}
@@ -243,14 +252,17 @@ func (m *Manager) Err() error {
 
 // Ready is closed once the store can be used: when the router has started the manager and it has
 // created the store's tables (retrying while the store is unreachable), or at once on start with
-// SkipInfrastructureSetup or a store that needs no set-up. Calls on the store in the first moments
+// SkipInfrastructureSetup or a store that needs no set-up; with Config.Instance, once it also
+// holds the name and gave back the claims of an earlier run (never, when another running manager
+// holds the name: the start is refused, see Err). Calls on the store in the first moments
 // after router.Running() (Cancel, CancelByOwner, the store's own Stats) may otherwise find no
 // tables yet.
 func (m *Manager) Ready() <-chan struct{} { return m.ready }
 
 // Done is closed when the manager has stopped after its router closed: the poller announced what
-// it had claimed, the router's handlers finished their forwards, and what the stop cut short was
-// given back to the store, claimable at once (persistence.Releaser). Close the store, and the
+// it had claimed, the router's handlers finished their forwards, what the stop cut short was
+// given back to the store, claimable at once (persistence.Releaser), and the Config.Instance name
+// was let go. Close the store, and the
 // Publisher and Subscriber, only after it.
 func (m *Manager) Done() <-chan struct{} { return m.done }
 
@@ -273,7 +285,7 @@ func (m *Manager) startPoller(ctx context.Context, startsPoller bool) {
 	router := m.router
 	go func() {
 		defer close(m.done)
-		if m.cfg.SkipInfrastructureSetup || m.setupInfrastructure(ctx) {
+		if (m.cfg.SkipInfrastructureSetup || m.setupInfrastructure(ctx)) && m.holdInstance(ctx) {
 			close(m.ready)
 			// Nothing is announced before every handler of the router has subscribed. On a
 			// GoChannel a destination without a subscriber yet drops what is forwarded to it,
@@ -291,6 +303,7 @@ func (m *Manager) startPoller(ctx context.Context, startsPoller bool) {
 			m.logger.Error("Waiting for the router's handlers at the stop failed", err, nil)
 		}
 		m.stop.release(m.stop.unsettled(), "claimed on an in-process Pub/Sub and not delivered")
+		m.letInstanceGo()
 	}()
 }
 

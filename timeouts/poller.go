@@ -26,6 +26,7 @@ type poller struct {
 	interval   time.Duration
 	batch      int
 	lease      time.Duration
+	claimAs    string                   // the instance recorded on claims (persistence.Claimer); "" for none
 	retryDelay time.Duration            // the breakers' RetryDelay: how long dispatch.Failure waits
 	fetch      *critical.CircuitBreaker // storage failures
 	dispatch   *critical.CircuitBreaker // dispatcher queue failures
@@ -109,7 +110,7 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 	// A claim that started finishes, and is announced, even when ctx ends meanwhile: cut short
 	// after the database committed it, its ids would wait for their lease.
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), announceTimeout)
-	ids, err := p.store.ClaimDue(claimCtx, now, p.batch, p.lease)
+	ids, err := p.claim(claimCtx, now)
 	cancel()
 	if err != nil {
 		<-p.slots
@@ -151,6 +152,14 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 		return due, true
 	}
 	return limit, true
+}
+
+// claim claims due ids, recording the manager's instance on them when it has one.
+func (p *poller) claim(ctx context.Context, now time.Time) ([]string, error) {
+	if p.claimAs != "" {
+		return p.store.(persistence.Claimer).ClaimDueAs(ctx, p.claimAs, now, p.batch, p.lease)
+	}
+	return p.store.ClaimDue(ctx, now, p.batch, p.lease)
 }
 
 // sleepUntil sleeps until ahead before at, or until woken. It returns at when the poller is to

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -287,6 +289,19 @@ func TestAnnouncementIDsReachTheManager(t *testing.T) {
 		"the flag's default is the library's")
 	c = parseRun(t, "--announcement-ids", "1")
 	require.Equal(t, 1, c.managerConfig(nil, transport, nil, nil).AnnouncementIDs, "the rolling upgrade's setting")
+}
+
+func TestInstanceReachesTheManager(t *testing.T) {
+	t.Parallel()
+	transport := &connect.Transport{}
+	c := parseRun(t, "--instance", "orders-0")
+	require.Equal(t, "orders-0", c.managerConfig(nil, transport, nil, nil).Instance)
+	require.True(t, strings.HasSuffix(defaultInstance(), fmt.Sprintf("-%d", os.Getpid())), "the default names the process: new at each start")
+}
+
+func TestInstanceComesFromTheEnvironmentToo(t *testing.T) {
+	t.Setenv("TIMEOUTMILL_INSTANCE", "orders-1")
+	require.Equal(t, "orders-1", parseRun(t).Instance)
 }
 
 func TestClaimLeaseComesFromTheEnvironmentToo(t *testing.T) {

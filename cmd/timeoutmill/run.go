@@ -25,7 +25,7 @@ type runCmd struct {
 	transportFlags `embed:""`
 	httpFlags      `embed:""`
 
-	Instance        string        `help:"Name of this instance in logs. Defaults to host name and process id."`
+	Instance        string        `help:"Name of this instance, in logs and on what its poller claims. A stable name (a StatefulSet pod's name, a systemd unit's instance) makes a restart after a crash take back at once the ids the killed run claimed, instead of after --claim-lease. Two running processes must never share a name: PostgreSQL, MariaDB, SQL Server and SQLite stores refuse the second at start (it exits non-zero naming the instance). Defaults to host name and process id, new at each start: processes never collide, and a restart waits for the lease."`
 	PollInterval    time.Duration `default:"1m" help:"Longest time between looks at the store (it also wakes at the next due time)."`
 	ClaimLease      time.Duration `default:"1m" help:"How long ids claimed by the poller stay hidden from other pollers; ids claimed but not announced (after a kill -9, say) are claimed again when it ends. At least 1s; below 30s ids still being announced or dispatched may be announced again (duplicates, never loss)."`
 	AnnouncementIDs int           `name:"announcement-ids" default:"100" help:"Most due ids one dispatcher message carries (1 to 1000). Set 1 while instances of a release that reads one id per message still run (a rolling upgrade)."`
@@ -40,8 +40,7 @@ type runCmd struct {
 // Run hosts the endpoint's timeout manager until a signal or a critical error.
 func (c *runCmd) Run(e *env) error {
 	if c.Instance == "" {
-		host, _ := os.Hostname()
-		c.Instance = fmt.Sprintf("%s-%d", host, os.Getpid())
+		c.Instance = defaultInstance()
 	}
 	logger := newLogger(e).With(watermill.LogFields{"endpoint": c.Endpoint, "instance": c.Instance})
 	if err := checkClaimLease(c.ClaimLease, logger); err != nil {
@@ -166,7 +165,16 @@ func (c *runCmd) managerConfig(store persistence.Store, transport *connect.Trans
 		Forwarder:         forwarder,
 		TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages: c.OutageWait,
 		SkipInfrastructureSetup:                                 c.SkipSetup,
+		Instance:                                                c.Instance,
 	}
+}
+
+// defaultInstance is the name of an instance started without --instance: host name and process
+// id. It changes at each start, so two processes on one host never share it, and a restarted
+// process does not take back what the killed one claimed (that waits for the claims' lease).
+func defaultInstance() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
 
 // Bounds of --claim-lease.

@@ -70,6 +70,77 @@ type batcher[T any] struct {
 	queue   []*request[T] // waiting from queue[head] on
 	head    int
 	running int
+
+	busy busyKeys // the keys the running batches handle, for exclusive
+}
+
+// busyKeys are the keys batches running side by side are handling, each with a channel closed
+// when its batch is done with it.
+type busyKeys struct {
+	mu   sync.Mutex
+	keys map[string]chan struct{}
+}
+
+// keyed is an item that must not be handled by two batches at the same time when another item
+// has its key.
+type keyed interface{ key() string }
+
+// handleBatch handles a batch the batcher formed: with exclusive when its items are keyed.
+func (b *batcher[T]) handleBatch(batch []*request[T]) {
+	if _, ok := any(batch[0].item).(keyed); ok {
+		b.exclusive(batch, func(x T) string { return any(x).(keyed).key() }, b.handle)
+		return
+	}
+	b.handle(batch)
+}
+
+// exclusive handles batch with handle, never at the same time as another exclusive call of b
+// handles a request with the same key: a request whose key another batch holds waits for that
+// batch to be done with it, then is handled (a dispatch then finds its timeout gone). Two
+// announcements of one id that arrive together (a redelivery, or an id announced again after a
+// restart gave its claim back) are thus never forwarded side by side. handle must not itself wait
+// for another batch of b, nor call exclusive (it may call itself: a batch's own retries, alone or
+// in part, hold its keys already).
+func (b *batcher[T]) exclusive(batch []*request[T], key func(T) string, handle func(batch []*request[T])) {
+	for len(batch) > 0 {
+		var free, held []*request[T]
+		var wait []chan struct{}
+		mine := make(chan struct{})
+		var taken []string
+		b.busy.mu.Lock()
+		if b.busy.keys == nil {
+			b.busy.keys = map[string]chan struct{}{}
+		}
+		for _, r := range batch {
+			k := key(r.item)
+			if ch, ok := b.busy.keys[k]; ok {
+				held = append(held, r)
+				wait = append(wait, ch)
+				continue
+			}
+			b.busy.keys[k] = mine
+			taken = append(taken, k)
+			free = append(free, r)
+		}
+		b.busy.mu.Unlock()
+		func() {
+			defer func() {
+				b.busy.mu.Lock()
+				for _, k := range taken {
+					delete(b.busy.keys, k)
+				}
+				b.busy.mu.Unlock()
+				close(mine)
+			}()
+			if len(free) > 0 {
+				handle(free)
+			}
+		}()
+		for _, ch := range wait {
+			<-ch
+		}
+		batch = held
+	}
 }
 
 // do handles items with whatever else is waiting, and returns their results in their order.
@@ -151,7 +222,7 @@ func (b *batcher[T]) lead() {
 	}
 	b.mu.Unlock()
 
-	b.handle(batch)
+	b.handleBatch(batch)
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -262,6 +333,9 @@ type due struct {
 	many bool // the message carries other ids too
 }
 
+// key makes due keyed: the batcher never dispatches one id in two batches at once.
+func (x due) key() string { return x.id }
+
 // forward is one timeout of a batch on its way to its destination.
 type forward struct {
 	req *request[due]
@@ -270,7 +344,8 @@ type forward struct {
 }
 
 // dispatch dispatches the timeouts of batch together: the one path of every dispatcher message,
-// a lone message being a batch of one. It looks them up with one PeekMany, then forwards them:
+// a lone message being a batch of one. The batcher never hands it an id another batch is
+// dispatching (due is keyed, see batcher.exclusive). It looks them up with one PeekMany, then forwards them:
 // with the Forwarder in one ForwardMany, otherwise with one Publish per destination and one
 // RemoveMany. If a batch of many fails where failures are the timeout's own (a lookup, a
 // Forwarder's commit, a Publish refused other than by the connection), each is dispatched alone

@@ -203,7 +203,8 @@ func TestBatchDispatchAcksARedeliveryHandledAtTheSameTime(t *testing.T) {
 	for _, m := range b.published.to("payments") {
 		got[m.UUID] = true
 	}
-	require.Len(t, got, len(ids), "each forwarded at least once")
+	require.Len(t, got, len(ids), "each forwarded")
+	require.Len(t, b.published.to("payments"), len(ids), "each once: never in two batches at the same time")
 	st, err := b.store.Stats(context.Background(), time.Now())
 	require.NoError(t, err)
 	require.Zero(t, st.Pending)
@@ -403,4 +404,63 @@ func TestBatchStoreFallsBackToOneByOneWhenTheBatchFails(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 50, st.Pending)
 	require.Equal(t, "bad", b.published.only(t, wire.DefaultErrorQueue).UUID, "an unreadable message is rejected as ever")
+}
+
+// gatedPublisher is a recordingPublisher whose publishes to one topic wait until the gate opens,
+// and which says when the first of them started.
+type gatedPublisher struct {
+	recordingPublisher
+	topic   string
+	gate    chan struct{}
+	started chan struct{}
+	once    sync.Once
+}
+
+func (p *gatedPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if topic == p.topic {
+		p.once.Do(func() { close(p.started) })
+		<-p.gate
+	}
+	return p.recordingPublisher.Publish(topic, msgs...)
+}
+
+// Two announcements of one id handled at the same moment in batches running side by side (an id
+// announced again after a restart gave its claim back, while its earlier announcement is still
+// being handled) forward it once: the second waits for the first batch, then finds it gone. The
+// other ids of the second batch go on meanwhile.
+func TestBatchDispatchNeverForwardsOneIDInTwoBatchesAtOnce(t *testing.T) {
+	t.Parallel()
+	published := &gatedPublisher{topic: "slow", gate: make(chan struct{}), started: make(chan struct{})}
+	b := &batchBundle{store: &batchStore{memStore: memory.New()}}
+	breaker, err := critical.NewCircuitBreaker(critical.BreakerConfig{
+		Name: "dispatch", TimeToWait: time.Hour, Message: critical.DispatchMessage,
+		RetryDelay: time.Millisecond, OnTrip: func(*critical.Error) {},
+	})
+	require.NoError(t, err)
+	t.Cleanup(breaker.Stop)
+	b.dispatch, err = satellites.NewDispatch(satellites.DispatchConfig{
+		Endpoint: endpoint, Store: b.store, Publisher: published,
+		ErrorQueue: errorqueue.New(published, ""), Breaker: breaker,
+	}, watermill.NopLogger{})
+	require.NoError(t, err)
+	twice := b.storeDue(t, 1, "slow")[0]
+	others := b.storeDue(t, 20, "fast")
+
+	first := make(chan error, 1)
+	go func() { first <- b.dispatch.Handle(dispatcherqueue.NewMessage(twice)) }()
+	<-published.started // the first batch is forwarding the id
+	second := make(chan error, 1)
+	go func() {
+		second <- b.dispatch.Handle(dispatcherqueue.NewBatchMessage(append(append([]string(nil), others...), twice)))
+	}()
+	// Enough ids for a batch of their own, beside the first: they are forwarded while it waits.
+	require.Eventually(t, func() bool { return len(published.to("fast")) == len(others) }, 30*time.Second, time.Millisecond,
+		"the second batch's other ids forwarded while the first batch waits")
+	close(published.gate)
+	require.NoError(t, <-first)
+	require.NoError(t, <-second)
+	require.Len(t, published.to("slow"), 1, "the id announced twice is forwarded once")
+	st, err := b.store.Stats(context.Background(), time.Now())
+	require.NoError(t, err)
+	require.Zero(t, st.Pending)
 }
