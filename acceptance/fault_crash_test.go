@@ -28,8 +28,15 @@ import (
 const inflightPerInstance = connect.ServiceConsumers
 
 // restartBound is how long after a restart under the killed run's --instance every timeout due by
-// then may take to arrive (counted from the later of its due time and the restart).
-const restartBound = 5 * time.Second
+// then should take to arrive (counted from the later of its due time and the restart): the drill
+// prints how many took longer. What it asserts is recoveryBound, generous for a loaded machine
+// yet far below the drill's claim lease (recoveryLease), so that only the restart's giving back
+// its claims can meet it.
+const (
+	restartBound  = 5 * time.Second
+	recoveryBound = 30 * time.Second
+	recoveryLease = "5m"
+)
 
 // crashDrill is what a kill -9 drill saw: the timeouts sent, what arrived, and when the second
 // process was launched.
@@ -148,12 +155,13 @@ func TestFaultKill9WhileStoringAndDispatching(t *testing.T) {
 
 // TestFaultKill9SameInstance is the crash drill with a stable --instance, as a StatefulSet pod or
 // a systemd unit instance gives: the restart takes back at once what the killed run claimed, so
-// every timeout due by the restart arrives within restartBound of it, none lost, duplicates within
-// what was in flight at the kill.
+// every timeout due by the restart arrives within seconds of it (the figures say how many took
+// over restartBound), none lost, duplicates within what was in flight at the kill. The claim
+// lease is 5 min, so nothing else could deliver them that soon.
 func TestFaultKill9SameInstance(t *testing.T) {
 	t.Parallel()
 	skipFaultShort(t)
-	name := []string{"--instance", "timeoutmill-crash-" + randomHex(t, 4)}
+	name := []string{"--instance", "timeoutmill-crash-" + randomHex(t, 4), "--claim-lease", recoveryLease}
 	d := killAndRestart(t, "crash-same", name, name, "same --instance: the restart gave back the killed run's claims")
 	line, ok := d.second.find("Gave back the claims an earlier run of this instance left")
 	require.True(t, ok, "the restart says what it gave back")
@@ -161,7 +169,9 @@ func TestFaultKill9SameInstance(t *testing.T) {
 
 	worstDue, beyond, dueByRestart, _ := d.waits(restartBound)
 	require.Positive(t, dueByRestart, "the drill left timeouts due and undelivered at the restart")
-	require.Zero(t, beyond, "every timeout due by the restart arrived within %s of it (the worst: %s)", restartBound, worstDue)
+	t.Logf("due by the restart: %d; the worst arrived %s after it; %d beyond %s", dueByRestart, worstDue.Round(time.Millisecond), beyond, restartBound)
+	require.Less(t, worstDue, recoveryBound,
+		"every timeout due by the restart arrived long before the claim lease (%s) would have let it go", recoveryLease)
 
 	d.second.signal(t, sigterm)
 	code, _ := d.second.wait(t, time.Minute)
