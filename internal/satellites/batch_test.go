@@ -147,14 +147,18 @@ func (b *batchBundle) storeDue(t *testing.T, n int, destinations ...string) []st
 
 // handleAll hands the dispatcher message of each id to the satellite at the same time, as a
 // subscriber with many consumers does, and returns each result.
-func (b *batchBundle) handleAll(ids []string) []error {
+func (b *batchBundle) handleAll(ids []string) []error { return handleAtOnce(b.dispatch, ids) }
+
+// handleAtOnce hands the dispatcher message of each id to d at the same time, so that they are
+// dispatched in batches, and returns each result.
+func handleAtOnce(d *satellites.Dispatch, ids []string) []error {
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = b.dispatch.Handle(dispatcherqueue.NewMessage(id))
+			errs[i] = d.Handle(dispatcherqueue.NewMessage(id))
 		}()
 	}
 	wg.Wait()

@@ -130,19 +130,7 @@ func (b *parkBundle) storeDue(t *testing.T, n, size int, destination string) []s
 
 // handleAll hands the dispatcher message of each id to the satellite at the same time, so that
 // they are dispatched in batches, and returns each result.
-func (b *parkBundle) handleAll(ids []string) []error {
-	errs := make([]error, len(ids))
-	var wg sync.WaitGroup
-	for i, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = b.dispatch.Handle(dispatcherqueue.NewMessage(id))
-		}()
-	}
-	wg.Wait()
-	return errs
-}
+func (b *parkBundle) handleAll(ids []string) []error { return handleAtOnce(b.dispatch, ids) }
 
 func (b *parkBundle) peek(t *testing.T, id string) persistence.Timeout {
 	t.Helper()
