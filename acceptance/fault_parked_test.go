@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -47,8 +48,18 @@ func TestFaultUnforwardableMessageIsParked(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	store, err := connect.OpenExistingStore(ctx, dsn, e.endpoint)
-	require.NoError(t, err)
+	// The service sets its table up once its router runs, a moment after it logs Running.
+	var (
+		store persistence.Store
+		err   error
+	)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		store, err = connect.OpenExistingStore(ctx, dsn, e.endpoint)
+		if err == nil || !errors.Is(err, persistence.ErrNotSetUp) || time.Now().After(deadline) {
+			break
+		}
+	}
+	require.NoError(t, err, "the service sets its table up")
 	t.Cleanup(func() { _ = store.Close() })
 
 	big := make([]byte, 64<<20)
