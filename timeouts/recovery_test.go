@@ -77,15 +77,41 @@ func TestPipelineOnSQLiteSurvivesRestartMidFlight(t *testing.T) {
 
 	// Deliveries made before the stop, if the machine was slow, reach beforeStop within 100 ms.
 	time.Sleep(100 * time.Millisecond)
+	deliveredBefore := map[string]bool{}
 	for len(beforeStop) > 0 {
-		delete(want, (<-beforeStop).msg.UUID)
+		id := (<-beforeStop).msg.UUID
+		deliveredBefore[id] = true
+		delete(want, id)
 	}
 
+	// Every id not delivered yet arrives after the restart. A forward the stop overlapped may
+	// arrive again: on a GoChannel, a Publish that returned while the router was closing cannot
+	// tell a message its subscriber took from one the closing discarded, so its timeout is kept
+	// (at least once). Nothing else arrives, and nothing arrives twice more.
 	second := setup(t, openSQLite(t, path), func(c *timeouts.Config) { c.ClaimLease = time.Second })
 	delivered := subscribe(t, second.pubSub, "mid-flight")
-	for len(want) > 0 {
-		got := await(t, delivered, 10*time.Second)
-		require.True(t, want[got.msg.UUID], "unexpected or duplicate %s", got.msg.UUID)
-		delete(want, got.msg.UUID)
+	again := map[string]bool{}
+	check := func(id string) {
+		switch {
+		case want[id]:
+			delete(want, id)
+		case deliveredBefore[id] && !again[id]:
+			again[id] = true
+		default:
+			t.Fatalf("unexpected or duplicate %s (delivered before the stop: %v)", id, deliveredBefore[id])
+		}
 	}
+	for len(want) > 0 {
+		check(await(t, delivered, 10*time.Second).msg.UUID)
+	}
+	for quiet := time.After(300 * time.Millisecond); ; {
+		select {
+		case a := <-delivered:
+			check(a.msg.UUID)
+			continue
+		case <-quiet:
+		}
+		break
+	}
+	t.Logf("delivered before the stop: %d; after the restart: %d more and %d again", len(deliveredBefore), 50-len(deliveredBefore), len(again))
 }
