@@ -37,12 +37,15 @@ func (c *claimRecorder) ClaimDue(ctx context.Context, now time.Time, limit int, 
 	return ids, err
 }
 
-// announcementRecorder records when each id was announced on the dispatcher queue.
+// announcementRecorder records when each id was announced on the dispatcher queue, and the due
+// time its announcement carried. Wrapping a GoChannel, it is a Publisher the manager takes for a
+// broker's.
 type announcementRecorder struct {
 	message.Publisher
 	topic string
 	mu    sync.Mutex
 	at    map[string]time.Time
+	dueBy map[string]time.Time
 }
 
 func (a *announcementRecorder) Publish(topic string, msgs ...*message.Message) error {
@@ -51,9 +54,10 @@ func (a *announcementRecorder) Publish(topic string, msgs ...*message.Message) e
 		a.mu.Lock()
 		for _, m := range msgs {
 			ids, err := dispatcherqueue.Decode(m)
-			if err == nil {
+			dueBy, _, err2 := dispatcherqueue.DueBy(m)
+			if err == nil && err2 == nil {
 				for _, id := range ids {
-					a.at[id] = now
+					a.at[id], a.dueBy[id] = now, dueBy
 				}
 			}
 		}
@@ -62,21 +66,10 @@ func (a *announcementRecorder) Publish(topic string, msgs ...*message.Message) e
 	return a.Publisher.Publish(topic, msgs...)
 }
 
-// TestClaimedAheadAnnouncedNotBeforeDue: the poller may claim a timeout shortly before it is due,
-// so that the claim is done when the time comes, but it announces it, and the dispatcher delivers
-// it, only once due; and it claims no further ahead than a fraction of the lease.
-func TestClaimedAheadAnnouncedNotBeforeDue(t *testing.T) {
-	t.Parallel()
-	claims := &claimRecorder{inner: memory.New(), called: map[string]time.Time{}, at: map[string]time.Time{}}
-	var announced *announcementRecorder
-	b := setup(t, claims, func(c *timeouts.Config) {
-		announced = &announcementRecorder{Publisher: c.Publisher, topic: wire.DispatcherQueue(endpoint), at: map[string]time.Time{}}
-		c.Publisher = announced
-	})
-	delivered := subscribe(t, b.pubSub, "dest")
-
-	// Timeouts due one after another, 50 ms apart, as a steady stream is.
-	const n = 20
+// dueStream publishes n timeouts due one after another, 50 ms apart, as a steady stream is, and
+// returns their due times by id.
+func dueStream(t *testing.T, b *testBundle, n int) map[string]time.Time {
+	t.Helper()
 	dues := map[string]time.Time{}
 	start := time.Now().Add(300 * time.Millisecond)
 	for i := range n {
@@ -86,26 +79,77 @@ func TestClaimedAheadAnnouncedNotBeforeDue(t *testing.T) {
 		dues[msg.UUID] = due
 		require.NoError(t, b.manager.Publisher().Publish("dest", msg))
 	}
-	for range n {
+	return dues
+}
+
+// requireDeliveredNotBeforeDue waits for every timeout of dues and checks none came early.
+func requireDeliveredNotBeforeDue(t *testing.T, delivered <-chan arrival, dues map[string]time.Time) {
+	t.Helper()
+	for range dues {
 		a := await(t, delivered, 30*time.Second)
 		due, ok := dues[a.msg.UUID]
 		require.True(t, ok)
 		require.False(t, a.at.Before(due), "delivered %s before due", due.Sub(a.at))
 	}
+}
+
+// TestClaimedAheadAnnouncedAheadWithTheirDueTime: on a broker the poller claims a timeout shortly
+// before it is due and announces it a little ahead too, saying when it is due; the dispatch
+// satellite holds the announcement until then, so nothing is delivered early. It claims no
+// further ahead than a fraction of the lease.
+func TestClaimedAheadAnnouncedAheadWithTheirDueTime(t *testing.T) {
+	t.Parallel()
+	claims := &claimRecorder{inner: memory.New(), called: map[string]time.Time{}, at: map[string]time.Time{}}
+	var announced *announcementRecorder
+	b := setup(t, claims, func(c *timeouts.Config) {
+		announced = &announcementRecorder{Publisher: c.Publisher, topic: wire.DispatcherQueue(endpoint),
+			at: map[string]time.Time{}, dueBy: map[string]time.Time{}}
+		c.Publisher = announced
+	})
+	delivered := subscribe(t, b.pubSub, "dest")
+	dues := dueStream(t, b, 20)
+	requireDeliveredNotBeforeDue(t, delivered, dues)
 
 	claims.mu.Lock()
 	defer claims.mu.Unlock()
 	announced.mu.Lock()
 	defer announced.mu.Unlock()
-	ahead := 0
+	claimedAhead, announcedAhead := 0, 0
 	for id, due := range dues {
 		at, called := claims.at[id], claims.called[id]
 		require.False(t, at.Before(due), "claimed at an instant before its due time")
 		require.LessOrEqual(t, at.Sub(called), timeouts.DefaultClaimLease/8, "claimed further ahead than a fraction of the lease")
 		if at.After(called) {
-			ahead++
+			claimedAhead++
 		}
-		require.False(t, announced.at[id].Before(due), "announced %s before due", due.Sub(announced.at[id]))
+		if announced.at[id].Before(due) {
+			announcedAhead++
+			require.False(t, announced.dueBy[id].Before(due), "announced ahead, saying it is due by %s, %s before it is",
+				announced.dueBy[id], due.Sub(announced.dueBy[id]))
+		}
 	}
-	require.Positive(t, ahead, "at least one of %d timeouts was claimed ahead of its due time", n)
+	require.Positive(t, claimedAhead, "at least one of %d timeouts was claimed ahead of its due time", len(dues))
+	require.Positive(t, announcedAhead, "at least one of %d timeouts was announced ahead of its due time", len(dues))
+}
+
+// TestOnGoChannelClaimedAheadAnnouncedAtDue: on an in-process GoChannel, whose Publish waits until
+// the announcement is handled, the poller claims ahead but announces only once due.
+func TestOnGoChannelClaimedAheadAnnouncedAtDue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, memory.New(), nil)
+	delivered := subscribe(t, b.pubSub, "dest")
+	announcements := subscribe(t, b.pubSub, wire.DispatcherQueue(endpoint)) // a second subscriber sees each
+	dues := dueStream(t, b, 20)
+	requireDeliveredNotBeforeDue(t, delivered, dues)
+	for seen := 0; seen < len(dues); {
+		a := await(t, announcements, 10*time.Second)
+		ids, err := dispatcherqueue.Decode(a.msg)
+		require.NoError(t, err)
+		for _, id := range ids {
+			if due, ok := dues[id]; ok {
+				require.False(t, a.at.Before(due), "announced %s before due", due.Sub(a.at))
+				seen++
+			}
+		}
+	}
 }

@@ -126,6 +126,10 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		dispatch:   dispatchBreaker,
 		stop:       m.stop,
 		logger:     m.logger,
+		lead:       announceLead,
+	}
+	if m.stop.goChannel != nil {
+		m.poller.lead = 0
 	}
 	m.poller.init()
 

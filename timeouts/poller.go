@@ -18,8 +18,11 @@ import (
 // never missed (NServiceBus#3500); it claims again at once after a full batch, while that batch
 // is still being announced, so backlogs drain at full speed; otherwise it sleeps until the next
 // due time or PollInterval, whichever is sooner, and wake wakes it early for a newly stored,
-// earlier timeout. It wakes claimAhead before that time and claims what is due at it, so that
-// the claim is done when the time comes, and announces those ids at that time, never earlier.
+// earlier timeout. It wakes a little before that time and claims what is due at it, so that the
+// claim is done when the time comes, and announces those ids a lead before it, saying when they
+// are due (wire.HeaderDispatchAt): the dispatch satellite holds the announcement until then and
+// reads the store at the due time, so the announcement's trip is off the path from due to
+// delivery, and nothing is delivered early.
 type poller struct {
 	store      persistence.Store
 	announcer  *dispatcherqueue.Publisher
@@ -32,6 +35,9 @@ type poller struct {
 	dispatch   *critical.CircuitBreaker // dispatcher queue failures
 	stop       *lifecycle
 	logger     watermill.LoggerAdapter
+	// lead is how long before their due time claimed ids are announced: announceLead on a
+	// broker, 0 on an in-process GoChannel.
+	lead time.Duration
 
 	wakeCh chan struct{}
 	// slots holds a token per batch claimed and not yet announced; claiming waits for a free one,
@@ -50,16 +56,26 @@ type poller struct {
 // turns; more would only hold more ids leased in memory.
 const maxAnnouncing = 2
 
-// claimAhead is how long before the next due time the poller claims what is due at it: about a
-// claim's round trip on a busy store (SQLite's single writer, a loaded machine; make bench's
-// precision rows measured it), so that the claim is off the path from due to delivery. The ids
-// are announced at their due time, so claiming ahead changes when a timeout is claimed, never
-// when it is delivered; a Cancel until then still wins, as the dispatch satellite reads the
-// timeout only once announced. It is at most an eighth of the lease, which covers it.
+// claimAhead is how long before the ids' announcement the poller claims them: about a claim's
+// round trip on a busy store (SQLite's single writer, a loaded machine; make bench's precision
+// rows measured it), so that the claim is off the path from due to delivery.
 const claimAhead = 20 * time.Millisecond
 
-// ahead is how long before a due time the poller claims.
-func (p *poller) ahead() time.Duration { return min(claimAhead, p.lease/8) }
+// announceLead is how long before their due time the poller announces claimed ids on a broker:
+// about the trip of an announcement through a loaded broker to a dispatch satellite (make bench's
+// precision rows measured it). The dispatch satellite holds the announcement until the due time
+// it carries and only then reads the timeouts, so announcing ahead changes when a timeout is
+// claimed and announced, never when it is delivered; a Cancel until the due time still wins. On
+// an in-process GoChannel the trip is negligible and a Publish waits until the announcement is
+// handled, so a held one would hold up the next: there the lead is 0.
+const announceLead = 30 * time.Millisecond
+
+// ahead is how long before a due time the poller claims: claimAhead before the announcement, at
+// most an eighth of the lease, which covers it.
+func (p *poller) ahead() time.Duration { return min(claimAhead+p.lead, p.lease/8) }
+
+// announceAhead is how long before a due time the poller announces.
+func (p *poller) announceAhead() time.Duration { return min(p.lead, p.ahead()/2) }
 
 func (p *poller) init() {
 	p.wakeCh = make(chan struct{}, 1)
@@ -104,8 +120,9 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 		return time.Time{}, false
 	}
 	now := time.Now()
+	var dueBy time.Time // claiming ahead: the ids are due by now, said in their announcement
 	if at.After(now) {
-		now = at // claiming ahead: the ids are announced at now
+		now, dueBy = at, at
 	}
 	// A claim that started finishes, and is announced, even when ctx ends meanwhile: cut short
 	// after the database committed it, its ids would wait for their lease.
@@ -129,11 +146,11 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 		go func() {
 			defer p.announcing.Done()
 			defer func() { <-p.slots }()
-			if !p.waitDue(ctx, now) {
-				p.stop.release(ids, "the stop came before they were due")
+			if !p.waitDue(ctx, now.Add(-p.announceAhead())) {
+				p.stop.release(ids, "the stop came before they were announced")
 				return
 			}
-			p.announceClaimed(ctx, ids, now)
+			p.announceClaimed(ctx, ids, now, dueBy)
 		}()
 		if len(ids) == p.batch {
 			return time.Time{}, false
@@ -181,10 +198,10 @@ func (p *poller) sleepUntil(ctx context.Context, at time.Time) time.Time {
 	return time.Time{}
 }
 
-// waitDue waits until due, the time ids claimed ahead are due at (at once for ids claimed when
-// due). It returns false when ctx ends first: the stop came before they were due.
-func (p *poller) waitDue(ctx context.Context, due time.Time) bool {
-	d := time.Until(due)
+// waitDue waits until at, the time to announce ids claimed ahead (at once for ids claimed when
+// due). It returns false when ctx ends first: the stop came before that.
+func (p *poller) waitDue(ctx context.Context, at time.Time) bool {
+	d := time.Until(at)
 	if d <= 0 {
 		return true
 	}
@@ -204,15 +221,15 @@ func (p *poller) setPlanned(at time.Time) {
 	p.mu.Unlock()
 }
 
-// announceClaimed announces a batch claimed at claimedAt. The ids of failed publishes are
+// announceClaimed announces a batch claimed at claimedAt, due by dueBy (zero: due already). The ids of failed publishes are
 // published again at the dispatch breaker's pace (a broker restart should cost its own length,
 // not a lease), for half the lease: after that another poller may claim them soon, so they are
 // left to it. An announcement that gets through disarms the dispatch breaker the failures armed.
 // Ids whose announcement the stop cut short are given back to the store at once.
-func (p *poller) announceClaimed(ctx context.Context, ids []string, claimedAt time.Time) {
+func (p *poller) announceClaimed(ctx context.Context, ids []string, claimedAt, dueBy time.Time) {
 	giveUp := claimedAt.Add(p.lease / 2)
 	for {
-		err := p.announce(ctx, ids)
+		err := p.announce(ctx, ids, dueBy)
 		if err == nil {
 			p.dispatch.Success()
 			return
@@ -241,8 +258,8 @@ const announceTimeout = 30 * time.Second
 
 // announce publishes claimed ids to the dispatcher queue. It finishes even when ctx is cancelled
 // by a shutdown: ids claimed but not announced would wait for their lease to run out.
-func (p *poller) announce(ctx context.Context, ids []string) error {
+func (p *poller) announce(ctx context.Context, ids []string, dueBy time.Time) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), announceTimeout)
 	defer cancel()
-	return p.announcer.PublishDue(ctx, ids)
+	return p.announcer.PublishDue(ctx, ids, dueBy)
 }

@@ -67,6 +67,13 @@ const (
 	// by a line feed. A message without it carries one id, the whole payload.
 	HeaderDispatchIDs = "dispatch.ids"
 
+	// HeaderDispatchAt, on a TimeoutsDispatcher message, is the time (RFC 3339, fractional
+	// seconds allowed) by which every id the message carries is due. A poller announces a claim
+	// a little before it, and the dispatch satellite waits until then before it looks the ids up,
+	// so that the announcement's trip is off the path from due to delivery. Optional: without it
+	// the ids are dispatched at once.
+	HeaderDispatchAt = "dispatch.at"
+
 	// HeaderFailureReason says, in words, why a message ended on the error queue.
 	HeaderFailureReason = "failure.reason"
 	// HeaderFailureQueue names the queue a message failed in.

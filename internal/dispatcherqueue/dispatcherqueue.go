@@ -23,11 +23,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
@@ -98,6 +100,20 @@ func Decode(msg *message.Message) ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// DueBy returns the time by which the ids msg carries are due (wire.HeaderDispatchAt), or ok ==
+// false when the message does not say. A value that is not an RFC 3339 time is ErrMalformed.
+func DueBy(msg *message.Message) (at time.Time, ok bool, err error) {
+	value, ok := msg.Metadata[wire.HeaderDispatchAt]
+	if !ok {
+		return time.Time{}, false, nil
+	}
+	at, err = wireparse.ParseTime(value)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("%w: %s: %w", ErrMalformed, wire.HeaderDispatchAt, err)
+	}
+	return at, true, nil
 }
 
 // checkID checks one id read from a payload.
@@ -181,13 +197,14 @@ func (p *Publisher) split(ids []string) [][]string {
 	return out
 }
 
-// PublishDue publishes the ids, up to idsPerMessage in a message, batchSize messages per call to
+// PublishDue publishes the ids, due by dueBy (wire.HeaderDispatchAt; the zero time: due now, no
+// header), up to idsPerMessage in a message, batchSize messages per call to
 // the underlying publisher (which Watermill requires to be safe for concurrent use), up to
 // maxParallelBatches calls at once; the ids' order is not kept across messages. It returns once
 // every call has returned. On error it returns a *NotAnnouncedError naming the ids of the failed
 // calls, which the caller may publish again (a failed call may have published some of them: a
 // retry can announce an id twice, which the dispatch satellite tolerates).
-func (p *Publisher) PublishDue(ctx context.Context, ids []string) error {
+func (p *Publisher) PublishDue(ctx context.Context, ids []string, dueBy time.Time) error {
 	ctx = context.WithValue(ctx, announcementKey{}, true)
 	var (
 		wg     sync.WaitGroup
@@ -200,6 +217,9 @@ func (p *Publisher) PublishDue(ctx context.Context, ids []string) error {
 		msgs := make([]*message.Message, 0, len(batch))
 		for _, g := range batch {
 			m := NewBatchMessage(g)
+			if !dueBy.IsZero() {
+				m.Metadata.Set(wire.HeaderDispatchAt, wireparse.FormatExpire(dueBy))
+			}
 			m.SetContext(ctx)
 			msgs = append(msgs, m)
 		}

@@ -80,7 +80,7 @@ func TestPublishDueAnnouncesEveryIDOnce(t *testing.T) {
 		rec := &recorder{topics: map[string]bool{}, meet: min((n+99)/100, 2)}
 		p := dispatcherqueue.NewPublisher(rec, "orders", 100, 1)
 		want := ids(n)
-		require.NoError(t, p.PublishDue(t.Context(), want))
+		require.NoError(t, p.PublishDue(t.Context(), want, time.Time{}))
 		got := slices.Clone(rec.ids)
 		slices.Sort(got)
 		require.Equal(t, len(want), len(got), "n=%d", n)
@@ -98,7 +98,7 @@ func TestPublishDueAnnouncesEveryIDOnce(t *testing.T) {
 func TestPublishDueReportsFailedBatches(t *testing.T) {
 	rec := &recorder{topics: map[string]bool{}, fail: func(first string) bool { return first == ids(300)[100] }}
 	p := dispatcherqueue.NewPublisher(rec, "orders", 100, 1)
-	err := p.PublishDue(t.Context(), ids(300))
+	err := p.PublishDue(t.Context(), ids(300), time.Time{})
 	require.ErrorContains(t, err, "broker said no")
 	require.Len(t, rec.ids, 200, "the other batches are announced")
 	require.NotContains(t, rec.ids, ids(300)[100])
@@ -121,7 +121,7 @@ func TestPublishDuePutsManyIDsInAMessage(t *testing.T) {
 		rec := &recorder{topics: map[string]bool{}, meet: 1}
 		p := dispatcherqueue.NewPublisher(rec, "orders", 100, tc.perMessage)
 		want := ids(tc.ids)
-		require.NoError(t, p.PublishDue(t.Context(), want))
+		require.NoError(t, p.PublishDue(t.Context(), want, time.Time{}))
 		got := slices.Clone(rec.ids)
 		slices.Sort(got)
 		require.Equal(t, want, got, "%+v: each id once", tc)
@@ -132,7 +132,7 @@ func TestPublishDuePutsManyIDsInAMessage(t *testing.T) {
 func TestPublishDueReportsEveryIDOfAFailedCall(t *testing.T) {
 	rec := &recorder{topics: map[string]bool{}, meet: 1, fail: func(string) bool { return true }}
 	p := dispatcherqueue.NewPublisher(rec, "orders", 100, 100)
-	err := p.PublishDue(t.Context(), ids(250))
+	err := p.PublishDue(t.Context(), ids(250), time.Time{})
 	var na *dispatcherqueue.NotAnnouncedError
 	require.ErrorAs(t, err, &na)
 	got := slices.Clone(na.IDs)
@@ -194,3 +194,40 @@ func TestMalformedDispatcherMessages(t *testing.T) {
 		require.ErrorIs(t, err, dispatcherqueue.ErrMalformed, name)
 	}
 }
+
+// An announcement made ahead says when its ids are due, to the nanosecond; one of ids due already
+// says nothing, as the original format did.
+func TestPublishDueSaysWhenTheIDsAreDue(t *testing.T) {
+	var got []*message.Message
+	pub := publisherFunc(func(_ string, msgs ...*message.Message) error {
+		got = append(got, msgs...)
+		return nil
+	})
+	p := dispatcherqueue.NewPublisher(pub, "orders", 100, 2)
+	dueBy := time.Date(2026, 11, 26, 3, 4, 5, 123456789, time.FixedZone("CET", 3600))
+	require.NoError(t, p.PublishDue(t.Context(), []string{"a", "b", "c"}, dueBy))
+	require.NoError(t, p.PublishDue(t.Context(), []string{"d"}, time.Time{}))
+	require.Len(t, got, 3)
+	for _, m := range got[:2] {
+		require.Equal(t, "2026-11-26T02:04:05.123456789Z", m.Metadata.Get(wire.HeaderDispatchAt))
+		at, ok, err := dispatcherqueue.DueBy(m)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.False(t, at.Before(dueBy), "read back never earlier: %s", at)
+		require.Less(t, at.Sub(dueBy), time.Microsecond)
+	}
+	_, ok, err := dispatcherqueue.DueBy(got[2])
+	require.NoError(t, err)
+	require.False(t, ok)
+
+	got[2].Metadata.Set(wire.HeaderDispatchAt, "soon")
+	_, _, err = dispatcherqueue.DueBy(got[2])
+	require.ErrorIs(t, err, dispatcherqueue.ErrMalformed)
+}
+
+type publisherFunc func(topic string, msgs ...*message.Message) error
+
+func (f publisherFunc) Publish(topic string, msgs ...*message.Message) error {
+	return f(topic, msgs...)
+}
+func (f publisherFunc) Close() error { return nil }

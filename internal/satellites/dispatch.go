@@ -138,14 +138,30 @@ func (d *Dispatch) Name() string { return d.queue }
 // Queue is the endpoint's TimeoutsDispatcher queue.
 func (d *Dispatch) Queue() string { return d.queue }
 
+// maxHold bounds how long Handle waits for the time a dispatcher message says its ids are due by
+// (wire.HeaderDispatchAt): a poller announces ahead by a few tens of milliseconds. The ids of a
+// message that says a later time are looked up at once, and those not due are given back to the
+// store (never early).
+const maxHold = time.Second
+
 // Handle dispatches the timeouts whose ids msg carries, together with the ids of other messages
-// being handled at the same time. It acks msg (returns nil) once every id in it is forwarded,
-// known gone, moved to the error queue or parked; otherwise it nacks it, and the redelivery skips the
-// ids already dispatched, which are gone from the store by then.
+// being handled at the same time. A message that says when its ids are due
+// (wire.HeaderDispatchAt) is held until then, up to maxHold, before they are looked up: the
+// store is read at the due time, so a Cancel until then still wins. It acks msg (returns nil)
+// once every id in it is forwarded, known gone, moved to the error queue or parked; otherwise it
+// nacks it, and the redelivery skips the ids already dispatched, which are gone from the store by
+// then.
 func (d *Dispatch) Handle(msg *message.Message) error {
 	ids, err := dispatcherqueue.Decode(msg)
+	var dueBy time.Time
+	if err == nil {
+		dueBy, _, err = dispatcherqueue.DueBy(msg)
+	}
 	if err != nil {
 		return d.cfg.ErrorQueue.Send(msg, errorqueue.Failure{Reason: err.Error(), Queue: d.queue, Handler: d.Name()})
+	}
+	if err := hold(msg.Context(), dueBy); err != nil {
+		return err
 	}
 	items := make([]due, len(ids))
 	for i, id := range ids {
@@ -167,6 +183,26 @@ func (d *Dispatch) Handle(msg *message.Message) error {
 		return nil
 	}
 	return fmt.Errorf("%d of the %d due ids of the message not dispatched yet: %w", failed, len(ids), first)
+}
+
+// hold waits until dueBy, the time a dispatcher message says its ids are due by, when that is at
+// most maxHold away (the zero time: not at all). It returns an error, and the message is nacked,
+// when ctx, the message's, ends first (the router is stopping): the ids are still claimed, and the
+// announcement is handed out again (a durable queue) or the ids given back at the stop
+// (GoChannel).
+func hold(ctx context.Context, dueBy time.Time) error {
+	wait := time.Until(dueBy)
+	if dueBy.IsZero() || wait <= 0 || wait > maxHold {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stopped %s before the announced ids were due: %w", wait.Round(time.Millisecond), ctx.Err())
+	}
 }
 
 func (d *Dispatch) stopping() bool    { return d.cfg.Stopping != nil && d.cfg.Stopping() }

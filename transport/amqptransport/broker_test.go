@@ -690,7 +690,7 @@ func TestAnnouncementsAreTransientOnlyWhenConfigured(t *testing.T) {
 			config.TransientAnnouncements = tc.transient
 			pub := newPublisher(t, config)
 			announcer := dispatcherqueue.NewPublisher(pub, b.queue("E"), 0, 0)
-			require.NoError(t, announcer.PublishDue(t.Context(), []string{"timeout-1"}))
+			require.NoError(t, announcer.PublishDue(t.Context(), []string{"timeout-1"}, time.Time{}))
 			d := b.get(t, announcer.Topic())
 			require.Equal(t, tc.want, d.DeliveryMode, "announcement")
 			require.Equal(t, "timeout-1", string(d.Body))
