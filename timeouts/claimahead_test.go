@@ -46,6 +46,9 @@ type announcementRecorder struct {
 	mu    sync.Mutex
 	at    map[string]time.Time
 	dueBy map[string]time.Time
+	// confirm, when set, makes Publish to topic take that long and return without waiting for
+	// the GoChannel's subscriber to handle the messages, as a broker's confirm does.
+	confirm time.Duration
 }
 
 func (a *announcementRecorder) Publish(topic string, msgs ...*message.Message) error {
@@ -62,6 +65,11 @@ func (a *announcementRecorder) Publish(topic string, msgs ...*message.Message) e
 			}
 		}
 		a.mu.Unlock()
+	}
+	if topic == a.topic && a.confirm > 0 {
+		time.Sleep(a.confirm)
+		go func() { _ = a.Publisher.Publish(topic, msgs...) }()
+		return nil
 	}
 	return a.Publisher.Publish(topic, msgs...)
 }
@@ -152,4 +160,54 @@ func TestOnGoChannelClaimedAheadAnnouncedAtDue(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSteadyStreamWithSlowClaimsAndConfirmsIsAnnouncedAhead: a stream whose due times are closer
+// together than the announcement's lead, on a store whose claims take a round trip and a broker
+// whose confirms take longer, is claimed and announced a lead ahead, each announcement saying its
+// due time, and delivered never early.
+func TestSteadyStreamWithSlowClaimsAndConfirmsIsAnnouncedAhead(t *testing.T) {
+	t.Parallel()
+	var announced *announcementRecorder
+	claims := &slowClaims{inner: memory.New(), delay: time.Millisecond}
+	b := setup(t, claims, func(c *timeouts.Config) {
+		announced = &announcementRecorder{Publisher: c.Publisher, topic: wire.DispatcherQueue(endpoint),
+			at: map[string]time.Time{}, dueBy: map[string]time.Time{}, confirm: 4 * time.Millisecond}
+		c.Publisher = announced
+	})
+	delivered := subscribe(t, b.pubSub, "dest")
+	dues := map[string]time.Time{}
+	start := time.Now().Add(500 * time.Millisecond)
+	for i := range 80 {
+		msg := message.NewMessage(watermill.NewUUID(), []byte(strconv.Itoa(i)))
+		due := start.Add(time.Duration(i) * 3 * time.Millisecond)
+		timeouts.DeliverAt(msg, due)
+		dues[msg.UUID] = due
+		require.NoError(t, b.manager.Publisher().Publish("dest", msg))
+	}
+	requireDeliveredNotBeforeDue(t, delivered, dues)
+
+	announced.mu.Lock()
+	defer announced.mu.Unlock()
+	ahead := 0
+	for id, due := range dues {
+		by := announced.dueBy[id]
+		require.False(t, !by.IsZero() && by.Before(due), "said due by %s, before its due time", by)
+		if !by.IsZero() && due.Sub(announced.at[id]) >= 10*time.Millisecond {
+			ahead++
+		}
+	}
+	t.Logf("%d of %d announced 10 ms or more ahead, with their due time", ahead, len(dues))
+	require.GreaterOrEqual(t, ahead, len(dues)/2, "announced well ahead, with their due time")
+}
+
+// slowClaims makes each claim take at least delay, as a database's round trip does.
+type slowClaims struct {
+	inner
+	delay time.Duration
+}
+
+func (s *slowClaims) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
+	time.Sleep(s.delay)
+	return s.inner.ClaimDue(ctx, now, limit, lease)
 }

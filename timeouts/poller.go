@@ -145,11 +145,11 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 		p.announcing.Add(1)
 		go func() {
 			defer p.announcing.Done()
-			defer func() { <-p.slots }()
-			if !p.waitDue(ctx, now.Add(-p.announceAhead())) {
+			if !p.awaitAnnouncing(ctx, now.Add(-p.announceAhead())) {
 				p.stop.release(ids, "the stop came before they were announced")
 				return
 			}
+			defer func() { <-p.slots }()
 			p.announceClaimed(ctx, ids, now, dueBy)
 		}()
 		if len(ids) == p.batch {
@@ -198,20 +198,29 @@ func (p *poller) sleepUntil(ctx context.Context, at time.Time) time.Time {
 	return time.Time{}
 }
 
-// waitDue waits until at, the time to announce ids claimed ahead (at once for ids claimed when
-// due). It returns false when ctx ends first: the stop came before that.
-func (p *poller) waitDue(ctx context.Context, at time.Time) bool {
+// awaitAnnouncing holds the slot of a claimed batch until at, the time to announce ids claimed
+// ahead (at once for ids claimed when due), and returns true holding it. Waiting is not
+// announcing: the slot is free meanwhile, so that the next due times of a steady stream are
+// claimed ahead too rather than one batch per slot in turn. It returns false, without the slot,
+// when ctx ends first: the stop came before that.
+func (p *poller) awaitAnnouncing(ctx context.Context, at time.Time) bool {
 	d := time.Until(at)
 	if d <= 0 {
 		return true
 	}
+	<-p.slots
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
 	case <-t.C:
+	}
+	select {
+	case p.slots <- struct{}{}:
 		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
