@@ -19,6 +19,9 @@ func Systems(plan Plan) []System {
 	}
 	systems = append(systems,
 		sqlTransport(),
+	)
+	systems = append(systems, timerHopSystems()...)
+	systems = append(systems,
 		nativeRabbitMQ(),
 		nativePlain(),
 	)
