@@ -556,6 +556,36 @@ mariadb_status() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Redis and NATS are single daemons with a pid file NAME.pid in their directory, stopped and
+# reported alike.
+
+# daemon_down NAME DIR PROCESS stops the daemon of DIR/NAME.pid, if it is PROCESS.
+daemon_down() {
+	local name=$1 dir=$2 process=$3 pid
+	[ -d "$dir" ] || return 0
+	pid=$(read_pid "$dir/$name.pid")
+	if pid_is "$pid" "$process"; then
+		kill "$pid" 2>/dev/null || true
+		wait_gone "$pid" 30
+	fi
+	rm -f "$dir/$name.pid"
+	log "$name: down"
+}
+
+# daemon_status NAME DIR PROCESS PORT READY says whether the daemon of DIR/NAME.pid runs and the
+# command READY succeeds.
+daemon_status() {
+	local name=$1 dir=$2 process=$3 port=$4 ready=$5 pid
+	pid=$(read_pid "$dir/$name.pid")
+	if pid_is "$pid" "$process" && "$ready"; then
+		echo "$name: up (pid $pid, 127.0.0.1:$port)"
+	else
+		echo "$name: down"
+		return 1
+	fi
+}
+
+# ---------------------------------------------------------------------------------------------
 # Redis 7: append-only file with fsync on every write (the only setting under which an
 # acknowledged write survives a crash), daemonized, in $REDIS_DIR.
 
@@ -590,26 +620,8 @@ redis_up() {
 	log "redis: up (port $REDIS_PORT, appendfsync always)"
 }
 
-redis_down() {
-	[ -d "$REDIS_DIR" ] || return 0
-	local pid
-	pid=$(redis_pid)
-	if pid_is "$pid" redis-server; then
-		kill "$pid" 2>/dev/null || true
-		wait_gone "$pid" 30
-	fi
-	rm -f "$REDIS_DIR/redis.pid"
-	log "redis: down"
-}
-
-redis_status() {
-	if pid_is "$(redis_pid)" redis-server && redis_ping; then
-		echo "redis: up (pid $(redis_pid), 127.0.0.1:$REDIS_PORT)"
-	else
-		echo "redis: down"
-		return 1
-	fi
-}
+redis_down() { daemon_down redis "$REDIS_DIR" redis-server; }
+redis_status() { daemon_status redis "$REDIS_DIR" redis-server "$REDIS_PORT" redis_ping; }
 
 # ---------------------------------------------------------------------------------------------
 # NATS 2.9 with JetStream (file storage in $NATS_DIR/jetstream), from a config file of its own.
@@ -649,26 +661,8 @@ nats_up() {
 	log "nats: up (port $NATS_PORT, monitoring $((NATS_PORT + 4000)), JetStream in $NATS_DIR/jetstream)"
 }
 
-nats_down() {
-	[ -d "$NATS_DIR" ] || return 0
-	local pid
-	pid=$(nats_pid)
-	if pid_is "$pid" nats-server; then
-		kill "$pid" 2>/dev/null || true
-		wait_gone "$pid" 30
-	fi
-	rm -f "$NATS_DIR/nats.pid"
-	log "nats: down"
-}
-
-nats_status() {
-	if pid_is "$(nats_pid)" nats-server && nats_ready; then
-		echo "nats: up (pid $(nats_pid), 127.0.0.1:$NATS_PORT)"
-	else
-		echo "nats: down"
-		return 1
-	fi
-}
+nats_down() { daemon_down nats "$NATS_DIR" nats-server; }
+nats_status() { daemon_status nats "$NATS_DIR" nats-server "$NATS_PORT" nats_ready; }
 
 # ---------------------------------------------------------------------------------------------
 # The env file: one export per running server, rewritten after every up and down.
