@@ -81,7 +81,7 @@ func TestFaultCompetingInstancesOneKilled(t *testing.T) {
 	requireNoneLost(t, f)
 	require.Zero(t, errs.distinct())
 	require.Zero(t, untouchedDuplicated, "no duplicates among timeouts the killed instance had not touched")
-	require.LessOrEqual(t, f.duplicated, inflightPerInstance, "duplicates beyond what the killed instance had in flight")
+	require.LessOrEqual(t, f.duplicated, inflightPerInstance(), "duplicates beyond what the killed instance had in flight")
 	require.Positive(t, untouched, "the kill came before the last due time, so the check above means something")
 
 	for _, s := range []*service{instances[0], instances[2]} {

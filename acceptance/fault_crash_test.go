@@ -11,21 +11,27 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/internal/connect"
+	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/transport/sqltransport"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
-// inflightPerInstance bounds the duplicates one crashed `timeoutmill run` can cause: the command
-// hands out at most connect.ServiceConsumers messages of each satellite queue at once, so at the
-// moment of a kill -9 at most that many dispatcher messages are in flight (the dispatch satellite forwards them together, then removes
-// them together). One whose timeout was forwarded but not yet removed is forwarded again after the
-// restart. Nothing else is forwarded twice: claimed ids that were never announced are claimed
-// again when their lease runs out, or at the restart's start when it has the killed run's
-// --instance; announced ones are looked up before they are forwarded, and one process never
+// inflightPerInstance bounds the duplicates one crashed `timeoutmill run` can cause. Its dispatch
+// satellite forwards due ids in batches, several side by side, and removes each batch's ids
+// together once all of them are out: the ids of the batches running at the moment of a kill -9
+// are forwarded again after the restart (satellites.MaxUnremoved). The store satellite adds at
+// most the messages it had handed out (connect.ServiceConsumers): one stored but not yet acked is
+// stored again after the restart, and forwarded again if the killed process had forwarded and
+// removed it meanwhile. Nothing else is forwarded twice: claimed ids that were never announced are
+// claimed again when their lease runs out, or at the restart's start when it has the killed
+// run's --instance; announced ones are looked up before they are forwarded, and one process never
 // forwards an id announced twice (its earlier announcement still queued) in two batches at once.
-const inflightPerInstance = connect.ServiceConsumers
+// So every duplicate's first copy came from the killed process.
+func inflightPerInstance() int {
+	return satellites.MaxUnremoved(0) + connect.ServiceConsumers
+}
 
 // restartBound is how long after a restart under the killed run's --instance every timeout due by
 // then should take to arrive (counted from the later of its due time and the restart): the drill
@@ -121,16 +127,31 @@ func killAndRestart(t *testing.T, tag string, firstFlags, secondFlags []string, 
 
 	d.f = got.figures(ids(msgs))
 	worstDue, beyond, dueByRestart, worstLater := d.waits(restartBound)
+	var dupFrom, dupTo time.Duration // when the duplicates' first copies arrived, relative to the kill
+	for i, id := range d.f.duplicatedIDs {
+		at := got.firstArrival(id).Sub(killedAt)
+		if i == 0 || at < dupFrom {
+			dupFrom = at
+		}
+		if i == 0 || at > dupTo {
+			dupTo = at
+		}
+	}
 	faultLog(t, "%s (error queue %d); at the kill: %d delivered, %d stored (the rest still being sent and stored), %d waiting in the Timeouts queue, %d ids waiting for dispatch; "+
 		"restart %s after the kill; all delivered %s after the restart (%s); %d due by the restart and not yet delivered: the worst arrived %s after the restart, %d beyond %s; "+
-		"the worst of those due later arrived %s after its due time; store drained %s later; duplicates allowed: %d",
+		"the worst of those due later arrived %s after its due time; store drained %s later; "+
+		"the duplicates' first copies arrived from %s to %s after the kill; duplicates allowed: %d",
 		d.f, errs.distinct(), atKill.delivered, atKill.stored, atKill.toStore, atKill.toDispatch,
 		d.restarted.Sub(killedAt).Round(time.Millisecond), d.allAt.Sub(d.restarted).Round(time.Millisecond), recovery,
 		dueByRestart, worstDue.Round(time.Millisecond), beyond, restartBound, worstLater.Round(time.Millisecond),
-		drain.Round(time.Millisecond), inflightPerInstance)
+		drain.Round(time.Millisecond), dupFrom.Round(time.Millisecond), dupTo.Round(time.Millisecond), inflightPerInstance())
 	requireNoneLost(t, d.f)
 	require.Zero(t, errs.distinct(), "nothing went to the error queue")
-	require.LessOrEqual(t, d.f.duplicated, inflightPerInstance, "duplicates beyond what was in flight: %v", d.f.duplicatedIDs)
+	require.LessOrEqual(t, d.f.duplicated, inflightPerInstance(), "duplicates beyond what was in flight: %v", d.f.duplicatedIDs)
+	for _, id := range d.f.duplicatedIDs {
+		require.True(t, got.firstArrival(id).Before(d.restarted),
+			"duplicate %s was first delivered after the restart: only what the killed process forwarded may come again", id)
+	}
 	require.Greater(t, got.distinct(), deliveredBefore, "the restarted service delivered")
 	return d
 }

@@ -26,8 +26,9 @@ const TransportSchemes = "amqp://user:pass@host:5672/vhost (or amqps://; a clust
 // ServiceConsumers is how many messages of one queue the timeoutmill service handles at once on
 // AMQP (amqptransport.Config.Consumers: one channel, the satellites batch what they are handed).
 // Order is not kept either way (timeouts due together have none). A backlog drains faster with
-// more, but a kill -9 can forward again up to this many messages it had in flight: 64 takes most
-// of 256's speed for a quarter of its duplicates (make bench's backlog measures it).
+// more (make bench's backlog measures it), but each consumer holds messages it was handed: 64
+// takes most of 256's speed. What a kill -9 forwards again is bounded by the dispatch satellite's
+// batches (satellites.MaxUnremoved), plus up to this many timeouts being stored.
 const ServiceConsumers = 64
 
 // ServiceSQLConsumers is how many consumers the timeoutmill service runs per queue on the SQL

@@ -36,6 +36,17 @@ const (
 	dispatchParallelBatch = 1
 )
 
+// MaxUnremoved is the most due ids a dispatch satellite whose DispatchConfig.MaxBatch is maxBatch
+// (0: DefaultMaxBatch) can have forwarded and not yet removed at one moment: that many batches
+// side by side, each forwarded whole before its ids are removed together. A process killed at
+// the worst moment forwards these again after its restart (at least once); this is their bound.
+func MaxUnremoved(maxBatch int) int {
+	if maxBatch == 0 {
+		maxBatch = DefaultMaxBatch
+	}
+	return maxBatchers * maxBatch
+}
+
 // request is one item waiting for its batch: a message, or one id of a dispatcher message that
 // carries many.
 type request[T any] struct {
