@@ -2,6 +2,7 @@ package timeouts_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -210,4 +211,48 @@ type slowClaims struct {
 func (s *slowClaims) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
 	time.Sleep(s.delay)
 	return s.inner.ClaimDue(ctx, now, limit, lease)
+}
+
+// announcedSizes publishes n timeouts due together shortly, waits for all of them, and returns
+// how many ids each announcement the recorder saw carried.
+func announcedSizes(t *testing.T, b *testBundle, n int, announcements <-chan arrival) []int {
+	t.Helper()
+	delivered := subscribe(t, b.pubSub, "dest")
+	due := time.Now().Add(700 * time.Millisecond)
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		msgs[i] = message.NewMessage(watermill.NewUUID(), nil)
+		timeouts.DeliverAt(msgs[i], due)
+	}
+	require.NoError(t, b.manager.Publisher().Publish("dest", msgs...))
+	for range n {
+		await(t, delivered, 30*time.Second)
+	}
+	var sizes []int
+	for seen := 0; seen < n; {
+		ids, err := dispatcherqueue.Decode(await(t, announcements, 10*time.Second).msg)
+		require.NoError(t, err)
+		sizes = append(sizes, len(ids))
+		seen += len(ids)
+	}
+	return sizes
+}
+
+// TestOnGoChannelAClaimIsAnnouncedInOneMessage: GoChannel hands the dispatch satellite one message
+// at a time, so by default a claim is announced in as few messages as MaxIDsPerMessage allows,
+// whose ids are then dispatched in batches side by side; on a broker, in messages of at most
+// DefaultAnnouncementIDs ids, which competing consumers share.
+func TestOnGoChannelAClaimIsAnnouncedInOneMessage(t *testing.T) {
+	t.Parallel()
+	const n = 300 // one claim: below DefaultClaimBatchSize, above DefaultAnnouncementIDs
+	b := setup(t, memory.New(), nil)
+	sizes := announcedSizes(t, b, n, subscribe(t, b.pubSub, wire.DispatcherQueue(endpoint)))
+	require.Greater(t, slices.Max(sizes), timeouts.DefaultAnnouncementIDs,
+		"a claim of %d ids on GoChannel was announced in messages of %v ids", n, sizes)
+
+	broker := setup(t, memory.New(), func(c *timeouts.Config) {
+		c.Publisher = struct{ message.Publisher }{c.Publisher} // not a *gochannel.GoChannel
+	})
+	sizes = announcedSizes(t, broker, n, subscribe(t, broker.pubSub, wire.DispatcherQueue(endpoint)))
+	require.LessOrEqual(t, slices.Max(sizes), timeouts.DefaultAnnouncementIDs, "on a broker: messages of %v ids", sizes)
 }

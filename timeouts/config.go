@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
@@ -83,7 +84,9 @@ type Config struct {
 	ClaimBatchSize int
 	// AnnouncementIDs is how many due ids one message on the dispatcher queue carries at most: a
 	// claim is announced in a few messages, and the dispatch satellite handles each as a batch.
-	// Defaults to 100; at most 1000. Set it to 1 while instances of a timeoutmill release that
+	// Defaults to 100, or to 1000 (the most) when Publisher is Watermill's in-process GoChannel,
+	// which hands a subscriber one message at a time, so that a claim's ids are dispatched in
+	// batches side by side rather than one message after another. Set it to 1 while instances of a timeoutmill release that
 	// reads only one id per message still consume the dispatcher queue (a rolling upgrade, see
 	// docs/wire.md): such an instance sends a many-id message to the error queue, and its
 	// timeouts are delivered a ClaimLease late by another instance, never lost.
@@ -171,6 +174,11 @@ func (c *Config) setDefaults() {
 	}
 	if c.AnnouncementIDs == 0 {
 		c.AnnouncementIDs = DefaultAnnouncementIDs
+		if _, ok := c.Publisher.(*gochannel.GoChannel); ok {
+			// GoChannel hands a subscriber one message at a time, so the dispatch satellite's
+			// batches run side by side only within one message; and no other process reads it.
+			c.AnnouncementIDs = dispatcherqueue.MaxIDsPerMessage
+		}
 	}
 	if c.ClaimLease == 0 {
 		c.ClaimLease = DefaultClaimLease
