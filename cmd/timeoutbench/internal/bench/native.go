@@ -8,16 +8,65 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
-// nativePrefix names the benchmark's delay levels, apart from any an application uses.
+// nativePrefix starts the names of the benchmark's delay levels, apart from any an application
+// uses.
 const nativePrefix = "timeoutbench"
+
+// nativeTopology opens a topology of the delay levels for one rig: a prefix of its own, and a
+// closer that deletes its queues and exchanges. Levels shared across runs would carry what one
+// run left in them into the next: a message of a destination bound without the guard (as before
+// it existed) is held in its level when its queue is gone, and 32 of those stop the level for
+// every destination (`timeoutmill native verify` names it), which counted half of a later run's
+// messages as lost.
+func nativeTopology(url string) (prefix string, remove func() error) {
+	prefix = nativePrefix + "-" + strings.ToLower(watermill.NewShortUUID()[:10])
+	return prefix, func() error { return deleteNativeTopology(url, prefix) }
+}
+
+// deleteNativeTopology deletes the queues and exchanges of the delay levels named with prefix.
+func deleteNativeTopology(url, prefix string) error {
+	t, err := nativedelay.NewTopology(prefix, nativedelay.Quorum)
+	if err != nil {
+		return err
+	}
+	queues := []string{t.UnroutableQueue(), t.ProbeQueue()}
+	exchanges := []string{t.DeliveryExchange(), t.DestinationsExchange(), t.UnroutableExchange()}
+	for level := range nativedelay.Levels {
+		queues = append(queues, t.Queue(level))
+		exchanges = append(exchanges, t.Exchange(level))
+	}
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return fmt.Errorf("connecting to delete the delay levels: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	for _, q := range queues {
+		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+			return fmt.Errorf("deleting queue %s: %w", q, err)
+		}
+	}
+	for _, x := range exchanges {
+		if err := ch.ExchangeDelete(x, false, false); err != nil {
+			return fmt.Errorf("deleting exchange %s: %w", x, err)
+		}
+	}
+	return nil
+}
 
 // nativeRabbitMQ is RabbitMQ's native delay: 28 levels of TTL queues dead-lettering into each
 // other (native/rabbitmq), with its default quorum queues.
@@ -36,9 +85,10 @@ func nativeRabbitMQ() System {
 		Name:  "RabbitMQ native (28 levels)",
 		Needs: []string{"rabbitmq"},
 		Open: func(ctx context.Context, env Env, dest string) (*Rig, error) {
-			closers := cleanup{func() error { return deleteQueues(env.AMQPURL, dest) }}
+			prefix, removeTopology := nativeTopology(env.AMQPURL)
+			closers := cleanup{removeTopology, func() error { return deleteQueues(env.AMQPURL, dest) }}
 			fail := func(err error) (*Rig, error) { return nil, errors.Join(err, closers.run()) }
-			pub, err := rabbitmq.NewPublisher(rabbitmq.Config{URL: env.AMQPURL, Prefix: nativePrefix, ConnectionName: "timeoutbench native"}, env.logger())
+			pub, err := rabbitmq.NewPublisher(rabbitmq.Config{URL: env.AMQPURL, Prefix: prefix, ConnectionName: "timeoutbench native"}, env.logger())
 			if err != nil {
 				return fail(fmt.Errorf("connecting the native publisher: %w", err))
 			}
@@ -80,10 +130,11 @@ func nativePlain() System {
 		Needs:     []string{"rabbitmq"},
 		Reference: true,
 		Open: func(ctx context.Context, env Env, dest string) (*Rig, error) {
-			closers := cleanup{func() error { return deleteQueues(env.AMQPURL, dest) }}
+			prefix, removeTopology := nativeTopology(env.AMQPURL)
+			closers := cleanup{removeTopology, func() error { return deleteQueues(env.AMQPURL, dest) }}
 			fail := func(err error) (*Rig, error) { return nil, errors.Join(err, closers.run()) }
 			// The topology is declared with the project's tool; only the publishing is plain.
-			setup, err := rabbitmq.NewPublisher(rabbitmq.Config{URL: env.AMQPURL, Prefix: nativePrefix, ConnectionName: "timeoutbench native setup"}, env.logger())
+			setup, err := rabbitmq.NewPublisher(rabbitmq.Config{URL: env.AMQPURL, Prefix: prefix, ConnectionName: "timeoutbench native setup"}, env.logger())
 			if err != nil {
 				return fail(fmt.Errorf("connecting the native set-up: %w", err))
 			}
@@ -105,8 +156,10 @@ func nativePlain() System {
 			}
 			closers = append(closers, closeReceiver)
 			return &Rig{
-				Mark:     timeouts.DeliverAt,
-				Publish:  func(topic string, msgs ...*message.Message) error { return plainNativePublish(ctx, conn, topic, msgs) },
+				Mark: timeouts.DeliverAt,
+				Publish: func(topic string, msgs ...*message.Message) error {
+					return plainNativePublish(ctx, conn, prefix, topic, msgs)
+				},
 				Arrivals: arrivals,
 				Close:    closers.run,
 				Notes:    []string{"the native row's topology and delays, published with amqp091 alone: persistent, confirms, a channel per call"},
@@ -118,7 +171,7 @@ func nativePlain() System {
 // plainNativePublish publishes msgs into the delay levels for topic, each delayed until its
 // wire.HeaderExpire rounded up to whole seconds, as NServiceBus.RabbitMQ v2 routes them: to the
 // exchange of the delay's highest set bit, with a routing key of its 28 bits and the topic.
-func plainNativePublish(ctx context.Context, conn *amqp.Connection, topic string, msgs []*message.Message) error {
+func plainNativePublish(ctx context.Context, conn *amqp.Connection, prefix, topic string, msgs []*message.Message) error {
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
@@ -144,9 +197,9 @@ func plainNativePublish(ctx context.Context, conn *amqp.Connection, topic string
 			key.WriteByte('.')
 		}
 		key.WriteString(topic)
-		exchange := nativePrefix + ".delay-delivery"
+		exchange := prefix + ".delay-delivery"
 		if seconds > 0 {
-			exchange = fmt.Sprintf("%s.delay-level-%02d", nativePrefix, bits.Len32(seconds)-1)
+			exchange = fmt.Sprintf("%s.delay-level-%02d", prefix, bits.Len32(seconds)-1)
 		}
 		headers := amqp.Table{"_watermill_message_uuid": msg.UUID}
 		for k, v := range msg.Metadata {
