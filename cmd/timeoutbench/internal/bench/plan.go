@@ -10,7 +10,7 @@ type Mode string
 
 // The modes of a run.
 const (
-	// Full is the whole suite with the counts: about 30 minutes on 2 cores.
+	// Full is the whole suite with the counts: about 15 minutes on 2 cores.
 	Full Mode = "full"
 	// Quick is every scenario with small counts and no scale scenario: under 2 minutes.
 	Quick Mode = "quick"
