@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
+	"github.com/timeoutmill/timeoutmill/internal/connloss"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -104,9 +105,35 @@ func connect(config Config, role string) (*nats.Conn, error) {
 // one, each waiting for JetStream's acknowledgement.
 func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	if err := p.streams.ensure(topic, nats.LimitsPolicy); err != nil {
-		return err
+		return connectionErr(err)
 	}
-	return p.Publisher.Publish(topic, messages...)
+	return connectionErr(p.Publisher.Publish(topic, messages...))
+}
+
+// connectionErrs are what NATS answers a publish with while the connection is down, being made
+// again or closed, or while JetStream does not answer (a server starting, or a stream's leader
+// moving): the road to the stream, not the message.
+var connectionErrs = []error{
+	nats.ErrReconnectBufExceeded, // disconnected: ReconnectBufSize(-1) fails a publish at once
+	nats.ErrConnectionReconnecting, nats.ErrConnectionClosed, nats.ErrConnectionDraining,
+	nats.ErrDisconnected, nats.ErrNoServers, nats.ErrStaleConnection,
+	nats.ErrTimeout, nats.ErrNoResponders, nats.ErrNoStreamResponse,
+}
+
+// connectionErr marks err with connloss.ErrConnectionLost when it is one of connectionErrs, so
+// that a forward failing for it is retried at the dispatch breaker's pace rather than counted as
+// an attempt, sent to the error queue, or parked (the error queue is refused for the same reason).
+// A stream that stays unreachable still trips the breaker: the critical error, never a silent loop.
+func connectionErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, c := range connectionErrs {
+		if errors.Is(err, c) {
+			return fmt.Errorf("%w: %w", connloss.ErrConnectionLost, err)
+		}
+	}
+	return err
 }
 
 // DeclareEndpoint creates the streams of endpoint (E.Timeouts and E.TimeoutsDispatcher, with
