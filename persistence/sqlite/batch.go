@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 
 	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
@@ -31,15 +30,15 @@ func (s *Store) storeRows(ctx context.Context, db sqlstore.Querier, rows []sqlst
 // is alone in its group on the pool, where each statement would commit by itself.
 func inOneTransaction(run func(ctx context.Context, db execer) error) func(ctx context.Context, db execer) error {
 	return func(ctx context.Context, db execer) error {
-		pool, alone := db.(*sql.DB)
-		if !alone {
+		pool, ok := db.(querier)
+		if !ok || pool.tx != nil {
 			return run(ctx, db) // in the group's transaction
 		}
-		tx, err := pool.BeginTx(ctx, nil)
+		tx, err := pool.db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
-		if err := run(ctx, tx); err != nil {
+		if err := run(ctx, querier{p: pool.p, tx: tx}); err != nil {
 			return errors.Join(err, tx.Rollback())
 		}
 		return tx.Commit()

@@ -34,7 +34,7 @@ func newQueries(table string) queries {
 	core.Schedule += ` ON CONFLICT DO NOTHING`
 	// Numbered: the claiming instance, bound last, is set first.
 	core.Claim = fmt.Sprintf(`UPDATE %[1]s SET available_at = ?1, claimed_by = ?4
-WHERE id IN (SELECT id FROM %[1]s WHERE available_at <= ?2 ORDER BY available_at LIMIT ?3)
+WHERE rowid IN (SELECT rowid FROM %[1]s WHERE available_at <= ?2 ORDER BY available_at LIMIT ?3)
 RETURNING id, due`, t)
 	// available_at >= ? bounds the index scan: every row due at or after from is claimable at or
 	// after from, and a hidden row after HiddenFrom. Rows a poller holds (leased past now, not
@@ -46,6 +46,12 @@ WHERE id IN (SELECT id FROM %[1]s WHERE available_at >= ?
 	AND parked_reason IS NULL
 	ORDER BY available_at LIMIT ?)
 RETURNING id, destination, due, owner, payload, metadata, failure_count, COALESCE(dedup_key, ''), COALESCE(parked_reason, '')`, t)
+	// Lists are bound at the sizes of idArgs, so that a few statements are prepared for them.
+	peekIn, removeIn, releaseIn, unparkIn := core.PeekIn, core.RemoveIn, core.ReleaseIn, core.UnparkIn
+	core.PeekIn = func(n int) string { return peekIn(inSize(n)) }
+	core.RemoveIn = func(n int) string { return removeIn(inSize(n)) }
+	core.ReleaseIn = func(n int) string { return releaseIn(inSize(n)) }
+	core.UnparkIn = func(n int) string { return unparkIn(inSize(n)) }
 	return queries{
 		core:   core,
 		hasKey: `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = 'dedup_key'`,

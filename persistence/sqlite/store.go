@@ -30,22 +30,25 @@ type Store struct {
 	pools []*sql.DB
 	table string
 	q     queries
+	// prep holds the statements prepared on the pools, which the writer and reader run.
+	prep *prepared
 	// memoryHolds are the instance names held when the database is not a file.
 	memoryHolds processHolds
 }
 
 type core = sqlstore.Store // embedded by this name: no exported field, no hidden Store method
 
-// maxIn bounds the ids of one IN list, far below SQLite's limit on bound parameters.
-const maxIn = 500
+// maxIn bounds the ids of one IN list, far below SQLite's limit on bound parameters; a power of
+// two (see inSize).
+const maxIn = 512
 
 // newStore returns a store whose changes w makes and whose reads reader runs.
 func newStore(w *writer, reader *sql.DB, pools []*sql.DB, table string) *Store {
-	s := &Store{writer: w, reader: reader, pools: pools, table: table, q: newQueries(table)}
+	s := &Store{writer: w, reader: reader, pools: pools, table: table, q: newQueries(table), prep: w.prep}
 	s.core = sqlstore.New(sqlstore.Dialect{
 		Name:    "sqlite",
 		DB:      reader,
-		Reader:  reader,
+		Reader:  querier{p: s.prep, db: reader},
 		Queries: s.q.core,
 		Write: func(ctx context.Context, tx bool, run func(ctx context.Context, q sqlstore.Querier) error) error {
 			if tx {
@@ -55,7 +58,7 @@ func newStore(w *writer, reader *sql.DB, pools []*sql.DB, table string) *Store {
 		},
 		Close: func() error {
 			w.close()
-			var err error
+			err := s.prep.close()
 			for _, db := range pools {
 				err = errors.Join(err, db.Close())
 			}
@@ -63,6 +66,7 @@ func newStore(w *writer, reader *sql.DB, pools []*sql.DB, table string) *Store {
 		},
 		Time:      func(t time.Time) any { return t.UnixMicro() },
 		ReadTime:  readTime,
+		IDArgs:    idArgs,
 		MaxIn:     maxIn,
 		BatchTx:   true,
 		StoreRows: s.storeRows,
@@ -128,6 +132,10 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 		_ = s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", config.Path, err)
 	}
+	if err := s.prepare(ctx, writer, reader); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", config.Path, err)
+	}
 	return s, nil
 }
 
@@ -144,6 +152,10 @@ func New(ctx context.Context, db *sql.DB, config Config) (*Store, error) {
 	}
 	s := newStore(newWriter(db), db, nil, config.Table)
 	if err := s.setUp(ctx, config.MustExist); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	if err := s.prepare(ctx, db, db); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
@@ -174,6 +186,25 @@ func dsn(config Config, readOnly bool) string {
 // it mean themselves.
 func fileURI(path string) string {
 	return "file:" + strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(path)
+}
+
+// prepare prepares the statements a backlog runs for each of its timeouts: on writer, the claim,
+// the insert and the removal; on reader, the lookups.
+func (s *Store) prepare(ctx context.Context, writer, reader *sql.DB) error {
+	c := s.q.core
+	writes := []string{c.Claim, c.Store, c.Delete}
+	reads := []string{c.Next, c.Peek}
+	for _, n := range inSizes() {
+		writes = append(writes, c.RemoveIn(n))
+		reads = append(reads, c.PeekIn(n))
+	}
+	if err := s.prep.prepare(ctx, writer, writes...); err != nil {
+		return fmt.Errorf("prepare: %w", err)
+	}
+	if err := s.prep.prepare(ctx, reader, reads...); err != nil {
+		return fmt.Errorf("prepare: %w", err)
+	}
+	return nil
 }
 
 // SetupInfrastructure creates the table and its indexes when they are missing, and adds the key

@@ -32,6 +32,7 @@ type change struct {
 // (and, with Synchronous FULL, syncs it), so a group costs about what one change costs alone.
 type writer struct {
 	db      *sql.DB
+	prep    *prepared
 	changes chan *change
 	closing chan struct{}
 	stopped chan struct{}
@@ -41,6 +42,7 @@ type writer struct {
 func newWriter(db *sql.DB) *writer {
 	w := &writer{
 		db:      db,
+		prep:    &prepared{},
 		changes: make(chan *change),
 		closing: make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -113,7 +115,7 @@ func (w *writer) commit(group []*change) {
 		live = append(live, c)
 	}
 	if len(live) == 1 {
-		live[0].done <- live[0].run(live[0].ctx, w.db)
+		live[0].done <- live[0].run(live[0].ctx, w.pool())
 		return
 	}
 	if len(live) == 0 {
@@ -128,7 +130,7 @@ func (w *writer) commit(group []*change) {
 		return
 	}
 	for _, c := range live {
-		c.done <- c.run(c.ctx, w.db)
+		c.done <- c.run(c.ctx, w.pool())
 	}
 }
 
@@ -137,11 +139,15 @@ func (w *writer) commitTogether(ctx context.Context, group []*change) error {
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	q := querier{p: w.prep, tx: tx}
 	for _, c := range group {
-		if err := c.run(ctx, tx); err != nil {
+		if err := c.run(ctx, q); err != nil {
 			_ = tx.Rollback()
 			return err
 		}
 	}
 	return tx.Commit()
 }
+
+// pool runs a change that is alone in its group: each statement commits by itself.
+func (w *writer) pool() querier { return querier{p: w.prep, db: w.db} }
