@@ -241,16 +241,17 @@ func announcedSizes(t *testing.T, b *testBundle, n int, announcements <-chan arr
 }
 
 // TestOnGoChannelAClaimIsAnnouncedInOneMessage: GoChannel hands the dispatch satellite one message
-// at a time, so by default a claim is announced in as few messages as MaxIDsPerMessage allows,
-// whose ids are then dispatched in batches side by side; on a broker, in messages of at most
-// DefaultAnnouncementIDs ids, which competing consumers share.
+// at a time, so by default a claim takes as many ids as MaxIDsPerMessage allows and is announced
+// in one message, whose ids are then dispatched in batches side by side; on a broker, a claim
+// takes DefaultClaimBatchSize ids and is announced in messages of at most DefaultAnnouncementIDs
+// ids, which competing consumers share.
 func TestOnGoChannelAClaimIsAnnouncedInOneMessage(t *testing.T) {
 	t.Parallel()
-	const n = 300 // one claim: below DefaultClaimBatchSize, above DefaultAnnouncementIDs
+	const n = 800 // due together: above DefaultClaimBatchSize, at most MaxIDsPerMessage
 	b := setup(t, memory.New(), nil)
 	sizes := announcedSizes(t, b, n, subscribe(t, b.pubSub, wire.DispatcherQueue(endpoint)))
-	require.Greater(t, slices.Max(sizes), timeouts.DefaultAnnouncementIDs,
-		"a claim of %d ids on GoChannel was announced in messages of %v ids", n, sizes)
+	require.Greater(t, slices.Max(sizes), timeouts.DefaultClaimBatchSize,
+		"%d ids due together on GoChannel were announced in messages of %v ids", n, sizes)
 
 	broker := setup(t, memory.New(), func(c *timeouts.Config) {
 		c.Publisher = struct{ message.Publisher }{c.Publisher} // not a *gochannel.GoChannel

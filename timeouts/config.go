@@ -80,7 +80,9 @@ type Config struct {
 	// PollInterval is the longest the poller sleeps between looks at the store; it also wakes at
 	// the next due time and when an earlier timeout is stored. Defaults to 1 minute.
 	PollInterval time.Duration
-	// ClaimBatchSize is how many due ids one claim takes. Defaults to 500.
+	// ClaimBatchSize is how many due ids one claim takes. Defaults to 500, or to 1000 when
+	// Publisher is Watermill's in-process GoChannel (see AnnouncementIDs): one claim is then one
+	// message, whose ids the dispatch satellite handles in batches side by side.
 	ClaimBatchSize int
 	// AnnouncementIDs is how many due ids one message on the dispatcher queue carries at most: a
 	// claim is announced in a few messages, and the dispatch satellite handles each as a batch.
@@ -169,14 +171,20 @@ func (c *Config) setDefaults() {
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
 	}
+	// GoChannel hands a subscriber one message at a time, so the dispatch satellite's batches run
+	// side by side only within one message, and it takes the next claim's message only when done
+	// with this one; no other process reads it. So a claim is as large as one message carries,
+	// and is announced in one.
+	_, onGoChannel := c.Publisher.(*gochannel.GoChannel)
 	if c.ClaimBatchSize == 0 {
 		c.ClaimBatchSize = DefaultClaimBatchSize
+		if onGoChannel {
+			c.ClaimBatchSize = dispatcherqueue.MaxIDsPerMessage
+		}
 	}
 	if c.AnnouncementIDs == 0 {
 		c.AnnouncementIDs = DefaultAnnouncementIDs
-		if _, ok := c.Publisher.(*gochannel.GoChannel); ok {
-			// GoChannel hands a subscriber one message at a time, so the dispatch satellite's
-			// batches run side by side only within one message; and no other process reads it.
+		if onGoChannel {
 			c.AnnouncementIDs = dispatcherqueue.MaxIDsPerMessage
 		}
 	}
