@@ -21,6 +21,34 @@ const StuckWait = 15 * time.Second
 // to expire: levels whose TTL is longer are watched only when nothing is ahead of their probe.
 const maxAheadWait = 8 * time.Second
 
+// maxMovingWait bounds how long Verify keeps waiting for the probe of a level whose queue is
+// moving (see watch): thousands of messages that expire together ahead of a probe take the
+// broker's dead-lettering that long on a loaded machine.
+const maxMovingWait = 2 * time.Minute
+
+// watch is what Verify knows of a level whose probe it waits for.
+type watch struct {
+	deadline time.Time // when the probe is late
+	messages int       // in the level's queue when the deadline was set
+	until    time.Time // the latest deadline a moving queue gets
+}
+
+// late decides, at a deadline the probe missed, with messages now in the level's queue, whether
+// the level is stuck. A queue holding fewer messages than when the deadline was set passed some
+// on: it moves, slowly, and gets another StuckWait, up to maxMovingWait in all. A stuck level's
+// queue holds its head and everything behind it, so it never gets fewer.
+func (w *watch) late(now time.Time, messages int) (stuck bool) {
+	if messages >= w.messages || !now.Before(w.until) {
+		return true
+	}
+	w.messages = messages
+	w.deadline = now.Add(StuckWait)
+	if w.deadline.After(w.until) {
+		w.deadline = w.until
+	}
+	return false
+}
+
 // stuckHeader carries the run and level of a probe that watches a level move.
 const stuckHeader = "timeoutmill-probe-level"
 
@@ -29,7 +57,7 @@ const stuckHeader = "timeoutmill-probe-level"
 // dead-lettering carries it down to the probe queue; a queue of Verify's own, bound like the
 // probe queue (to via) while it runs, sees it arrive. A level whose probe does not arrive within
 // StuckWait of its expiry holds it behind messages the dead-lettering does not move on: it is
-// stuck.
+// stuck, unless its queue passed other messages on meanwhile (see watch.late).
 //
 // A probe is only conclusive when Verify knows when it reaches the head: when nothing waits ahead
 // of it, or what waits expires within maxAheadWait. The others come out later and end in the
@@ -75,26 +103,34 @@ func (v *verifier) stuck(ctx context.Context, p *prober, via string) error {
 		return fmt.Errorf("rabbitmq: probing the levels: %w", err)
 	}
 	sent := time.Now()
-	deadlines := map[int]time.Time{}
+	count := func(level int) (int, error) {
+		var messages int
+		err := OnChannel(v.conn, func(ch *amqp.Channel) error {
+			q, err := ch.QueueDeclarePassive(t.Queue(level), true, false, false, false, nil)
+			messages = q.Messages
+			return err
+		})
+		if err != nil {
+			return 0, fmt.Errorf("rabbitmq: counting the messages of queue %s: %w", t.Queue(level), err)
+		}
+		return messages, nil
+	}
+	deadlines := map[int]*watch{}
 	for level, rerr := range results {
 		if rerr != nil {
 			return fmt.Errorf("rabbitmq: probing level %d: %w", level, rerr)
 		}
-		var ahead int
-		err := OnChannel(v.conn, func(ch *amqp.Channel) error {
-			q, err := ch.QueueDeclarePassive(t.Queue(level), true, false, false, false, nil)
-			ahead = q.Messages - 1 // the probe itself, unless it has gone already
-			return err
-		})
+		messages, err := count(level)
 		if err != nil {
-			return fmt.Errorf("rabbitmq: counting the messages of queue %s: %w", t.Queue(level), err)
+			return err
 		}
+		ahead := messages - 1 // the probe itself, unless it has gone already
 		ttl := time.Duration(TTLMillis(level)) * time.Millisecond
 		switch {
 		case ahead <= 0:
-			deadlines[level] = sent.Add(StuckWait)
+			deadlines[level] = &watch{deadline: sent.Add(StuckWait), messages: messages, until: sent.Add(maxMovingWait)}
 		case ttl <= maxAheadWait:
-			deadlines[level] = sent.Add(ttl + StuckWait)
+			deadlines[level] = &watch{deadline: sent.Add(ttl + StuckWait), messages: messages, until: sent.Add(ttl + maxMovingWait)}
 		}
 	}
 
@@ -110,9 +146,9 @@ func (v *verifier) stuck(ctx context.Context, p *prober, via string) error {
 	defer timer.Stop()
 	for len(deadlines) > 0 {
 		next := time.Time{}
-		for _, d := range deadlines {
-			if next.IsZero() || d.Before(next) {
-				next = d
+		for _, w := range deadlines {
+			if next.IsZero() || w.deadline.Before(next) {
+				next = w.deadline
 			}
 		}
 		timer.Reset(time.Until(next))
@@ -138,13 +174,22 @@ func (v *verifier) stuck(ctx context.Context, p *prober, via string) error {
 				}
 			}
 			for level := range Levels {
-				if d, ok := deadlines[level]; ok && !d.After(now) {
-					v.problem("queue "+t.Queue(level), "is stuck: it passes nothing on (a probe that expired at the head of the queue did not come out of the levels within %s). "+
-						"Without the guard, a message whose destination queue was deleted while it waited in this level is held there by the broker, retried every few minutes, "+
-						"and once 32 are held every message behind them waits: re-create the missing queue and bind it with `timeoutmill native setup --destination QUEUE`, "+
-						"and what was held arrives in minutes (see docs/operations.md, \"Native delay: unroutable messages\")", StuckWait)
-					delete(deadlines, level)
+				w, ok := deadlines[level]
+				if !ok || w.deadline.After(now) {
+					continue
 				}
+				messages, err := count(level)
+				if err != nil {
+					return err
+				}
+				if !w.late(now, messages) {
+					continue // moving: fewer messages than at the last deadline
+				}
+				v.problem("queue "+t.Queue(level), "is stuck: it passes nothing on (a probe that expired at the head of the queue did not come out of the levels within %s, and the queue passed nothing else on meanwhile). "+
+					"Without the guard, a message whose destination queue was deleted while it waited in this level is held there by the broker, retried every few minutes, "+
+					"and once 32 are held every message behind them waits: re-create the missing queue and bind it with `timeoutmill native setup --destination QUEUE`, "+
+					"and what was held arrives in minutes (see docs/operations.md, \"Native delay: unroutable messages\")", StuckWait)
+				delete(deadlines, level)
 			}
 		}
 	}
