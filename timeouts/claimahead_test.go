@@ -220,13 +220,16 @@ func (s *slowClaims) ClaimDue(ctx context.Context, now time.Time, limit int, lea
 func announcedSizes(t *testing.T, b *testBundle, n int, announcements <-chan arrival) []int {
 	t.Helper()
 	delivered := subscribe(t, b.pubSub, "dest")
-	due := time.Now().Add(700 * time.Millisecond)
+	// Far enough ahead that all n are stored before the poller claims any on a loaded machine
+	// (a CI run took over 700 ms to store 800 on GoChannel): the claim must see them together.
+	due := time.Now().Add(5 * time.Second)
 	msgs := make([]*message.Message, n)
 	for i := range msgs {
 		msgs[i] = message.NewMessage(watermill.NewUUID(), nil)
 		timeouts.DeliverAt(msgs[i], due)
 	}
 	require.NoError(t, b.manager.Publisher().Publish("dest", msgs...))
+	require.Greater(t, time.Until(due), time.Second, "all %d were to be stored well before their due time, when the poller claims them", n)
 	for range n {
 		await(t, delivered, 30*time.Second)
 	}
