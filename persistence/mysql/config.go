@@ -27,8 +27,11 @@ type Config struct {
 	// bytes; SetupInfrastructure fails with "File name too long" past 255.
 	Table string
 
-	// MaxOpenConns bounds the connections Open's pool keeps to the server. Defaults to 10. New
-	// ignores it: the caller's *sql.DB keeps its own limits.
+	// MaxOpenConns bounds the connections Open's pool keeps to the server. Open opens them all
+	// before it returns, so that the first burst of due timeouts does not wait while the server
+	// starts connections (tens of milliseconds each on a busy server); those the server refuses
+	// then are opened when needed. Defaults to 10. New ignores it: the caller's *sql.DB keeps its
+	// own limits.
 	MaxOpenConns int
 }
 

@@ -9,6 +9,7 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
+	"github.com/timeoutmill/timeoutmill/internal/sqlpool"
 	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
@@ -36,7 +37,8 @@ const (
 const claimAttempts = 3
 
 // Open connects to the server at config.DSN and returns a store on a pool of its own, which
-// Close closes. It checks that the server answers, but does not create the table: call
+// Close closes. It checks that the server answers and opens the pool's MaxOpenConns connections
+// (see Config.MaxOpenConns), but does not create the table: call
 // SetupInfrastructure (timeouts.Manager does unless told not to).
 func Open(ctx context.Context, config Config) (*Store, error) {
 	config.setDefaults()
@@ -63,7 +65,7 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 	// Below the server's wait_timeout (8 h by default), so that the pool never hands out a
 	// connection the server has closed.
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	if err := db.PingContext(ctx); err != nil {
+	if err := sqlpool.Warm(ctx, db, config.MaxOpenConns); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("mysql: connect: %w", err)
 	}

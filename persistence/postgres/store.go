@@ -10,6 +10,7 @@ import (
 	// The pgx database/sql driver, registered as "pgx".
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/timeoutmill/timeoutmill/internal/sqlpool"
 	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
@@ -24,7 +25,8 @@ type Store struct {
 type core = sqlstore.Store // embedded by this name: no exported field, no hidden Store method
 
 // Open connects to the server at config.DSN and returns a store on a pool of its own, which
-// Close closes. It checks that the server answers, but does not create the table: call
+// Close closes. It checks that the server answers and opens the pool's MaxOpenConns connections
+// (see Config.MaxOpenConns), but does not create the table: call
 // SetupInfrastructure (timeouts.Manager does unless told not to).
 func Open(ctx context.Context, config Config) (*Store, error) {
 	config.setDefaults()
@@ -40,7 +42,7 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 	}
 	db.SetMaxOpenConns(config.MaxOpenConns)
 	db.SetMaxIdleConns(config.MaxOpenConns)
-	if err := db.PingContext(ctx); err != nil {
+	if err := sqlpool.Warm(ctx, db, config.MaxOpenConns); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}

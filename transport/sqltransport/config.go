@@ -109,7 +109,10 @@ type Config struct {
 	// before it tries again. Defaults to 1 s.
 	RetryInterval time.Duration
 
-	// MaxOpenConns bounds the Publisher's pool when it is opened from DSN. Defaults to 10. The
+	// MaxOpenConns bounds the Publisher's pool when it is opened from DSN, and NewPublisher (or
+	// New) opens them all before it returns, so that the first burst of messages does not wait
+	// while the server starts connections; those the server refuses then are opened when needed.
+	// Defaults to 10. The
 	// Subscriber's pool is not bounded: it holds one connection for each consumer of each
 	// subscribed topic while that consumer looks or hands out a batch, and one for each
 	// recoverability deferred queue it consumes (holding the lock that keeps the queue to one

@@ -393,6 +393,20 @@ func TestPublishAfterCloseAndInvalidTopics(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 }
 
+// TestPublishersPoolIsOpenedWhole: NewPublisher starts MaxOpenConns connections, so that the
+// first burst of messages finds them rather than waiting while the server starts each one.
+func TestPublishersPoolIsOpenedWhole(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, db database) {
+		config := db.config()
+		config.MaxOpenConns = 3
+		pub, _ := newPubSub(t, config)
+		stats := pub.db.Stats()
+		require.Equal(t, 3, stats.OpenConnections, "every connection the pool may keep is open")
+		require.Equal(t, 3, stats.Idle, "and idle, for the first publishes")
+	})
+}
+
 // TestCallersDBStaysOpen: with Config.DB, the caller's pool is used and left open.
 func TestCallersDBStaysOpen(t *testing.T) {
 	t.Parallel()

@@ -10,6 +10,8 @@ import (
 	// The database/sql drivers of the dialects: "pgx" and "mysql".
 	_ "github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/timeoutmill/timeoutmill/internal/sqlpool"
 )
 
 // New returns a Publisher and a Subscriber on the database config names, each on a pool of its
@@ -34,7 +36,7 @@ func (c Config) names() names {
 }
 
 // openDB returns config.DB, or a pool on config.DSN that the caller owns, after checking that
-// the database answers. maxOpen 0 leaves the pool unbounded.
+// the database answers. maxOpen 0 leaves the pool unbounded; a bounded one is opened whole.
 func openDB(ctx context.Context, config Config, role string, maxOpen int) (db *sql.DB, owns bool, err error) {
 	where := "the database"
 	if config.DB == nil {
@@ -51,7 +53,13 @@ func openDB(ctx context.Context, config Config, role string, maxOpen int) (db *s
 	} else {
 		db = config.DB
 	}
-	if err := db.PingContext(ctx); err != nil {
+	check := db.PingContext
+	if owns && maxOpen > 0 {
+		// A bounded pool of ours is opened whole now, not while the first burst of messages waits
+		// for the server to start each connection.
+		check = func(ctx context.Context) error { return sqlpool.Warm(ctx, db, maxOpen) }
+	}
+	if err := check(ctx); err != nil {
 		if owns {
 			_ = db.Close()
 		}
