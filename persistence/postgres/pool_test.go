@@ -1,8 +1,6 @@
 package postgres_test
 
 import (
-	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -31,23 +29,7 @@ func TestOpenOpensThePoolWhole(t *testing.T) {
 	t.Run("as many as the server allows", func(t *testing.T) {
 		owner := open(t, postgres.Config{DSN: dsn, Schema: schema, Endpoint: "limited"})
 		require.NoError(t, owner.SetupInfrastructure(ctx))
-		role := testenv.UniqueName(t, "tm_role")
-		db := openDB(t, dsn)
-		for _, stmt := range []string{
-			`CREATE ROLE ` + role + ` LOGIN CONNECTION LIMIT 2`,
-			`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
-			`GRANT SELECT, INSERT, UPDATE, DELETE ON ` + schema + `."limited.timeouts" TO ` + role,
-		} {
-			_, err := db.ExecContext(ctx, stmt)
-			require.NoError(t, err, stmt)
-		}
-		t.Cleanup(func() {
-			for _, stmt := range []string{`DROP OWNED BY ` + role, `DROP ROLE ` + role} {
-				_, err := db.ExecContext(context.Background(), stmt)
-				require.NoError(t, err, stmt)
-			}
-		})
-		limited := strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1)
+		limited := roleDSN(t, dsn, schema, "limited.timeouts", "CONNECTION LIMIT 2")
 		store := open(t, postgres.Config{DSN: limited, Schema: schema, Endpoint: "limited", MaxOpenConns: 5})
 		require.Equal(t, 2, store.DB().Stats().OpenConnections, "the role may hold 2 connections")
 		inserted, err := store.Store(ctx, persistence.Timeout{ID: "a", Destination: "d", Due: time.Now()})

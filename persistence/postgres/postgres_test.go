@@ -155,24 +155,7 @@ func TestSetupInfrastructure(t *testing.T) {
 		owner := open(t, postgres.Config{DSN: dsn, Schema: schema, Endpoint: "locked"})
 		t.Cleanup(func() { require.NoError(t, owner.Close()) })
 
-		role := testenv.UniqueName(t, "tm_role")
-		db := openDB(t, dsn)
-		for _, stmt := range []string{
-			`CREATE ROLE ` + role + ` LOGIN`,
-			`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
-			`GRANT SELECT, INSERT, UPDATE, DELETE ON ` + schema + `."locked.timeouts" TO ` + role,
-		} {
-			_, err := db.ExecContext(ctx, stmt)
-			require.NoError(t, err, stmt)
-		}
-		t.Cleanup(func() {
-			for _, stmt := range []string{`DROP OWNED BY ` + role, `DROP ROLE ` + role} {
-				_, err := db.ExecContext(context.Background(), stmt)
-				require.NoError(t, err, stmt)
-			}
-		})
-
-		limited := strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1)
+		limited := roleDSN(t, dsn, schema, "locked.timeouts", "")
 		store, err := postgres.Open(ctx, postgres.Config{DSN: limited, Schema: schema, Endpoint: "locked"})
 		require.NoError(t, err)
 		defer store.Close()
@@ -187,6 +170,30 @@ func TestSetupInfrastructure(t *testing.T) {
 		require.ErrorContains(t, other.SetupInfrastructure(ctx), "permission denied",
 			"a missing table needs the right to create it")
 	})
+}
+
+// roleDSN creates a login role, with options (CREATE ROLE's, after LOGIN), that may use table's
+// rows in schema and nothing else, and returns dsn with the role as its user. The role is dropped
+// when the test ends.
+func roleDSN(t *testing.T, dsn, schema, table, options string) string {
+	t.Helper()
+	role := testenv.UniqueName(t, "tm_role")
+	db := openDB(t, dsn)
+	for _, stmt := range []string{
+		`CREATE ROLE ` + role + ` LOGIN ` + options,
+		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ` + schema + `.` + quote(table) + ` TO ` + role,
+	} {
+		_, err := db.ExecContext(t.Context(), stmt)
+		require.NoError(t, err, stmt)
+	}
+	t.Cleanup(func() {
+		for _, stmt := range []string{`DROP OWNED BY ` + role, `DROP ROLE ` + role} {
+			_, err := db.ExecContext(context.Background(), stmt)
+			require.NoError(t, err, stmt)
+		}
+	})
+	return strings.Replace(dsn, "postgres://postgres@", "postgres://"+role+"@", 1)
 }
 
 func TestTextColumns(t *testing.T) {
