@@ -207,20 +207,13 @@ func (s *server) parkedAction(w http.ResponseWriter, r *http.Request, id, action
 		ok  bool
 		err error
 	)
+	var n int
 	if action == "replay" {
-		var n int
 		n, err = s.m.Unpark(r.Context(), id)
-		ok = n == 1
 	} else {
-		var t persistence.Timeout
-		t, err = s.m.Get(r.Context(), id)
-		switch {
-		case errors.Is(err, persistence.ErrNotFound):
-			err = nil
-		case err == nil && t.Parked != "":
-			ok, err = s.m.Cancel(r.Context(), id)
-		}
+		n, err = s.m.DeleteParked(r.Context(), id)
 	}
+	ok = n == 1
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -14,7 +14,8 @@ import (
 // Reschedule or Release returns or changes it, so it is never announced again; Peek and PeekMany
 // return it with Parked set, Remove, Cancel and CancelByOwner delete it as any other,
 // Inspector.List shows it (ListOptions.Parked lists only parked ones) and Inspector.Stats counts
-// it in Parked. An operator replays it with Unpark once the cause is fixed, or cancels it.
+// it in Parked. An operator replays it with Unpark once the cause is fixed, or deletes it with
+// DeleteParked.
 //
 // If a Store does not implement Parker, the dispatcher retries such a timeout at the dispatch
 // circuit breaker's pace until the breaker raises a critical error, as before parking existed.
@@ -28,6 +29,11 @@ type Parker interface {
 	// when it is past) with their FailureCount back at 0, and returns how many it unparked. Ids
 	// not stored, or not parked, are ignored.
 	Unpark(ctx context.Context, ids []string) (int, error)
+	// DeleteParked deletes the parked timeouts among ids and returns how many it deleted. Ids
+	// not stored, or not parked, are ignored: finding a timeout parked and deleting it are one
+	// step, so one that another operator replays (Unpark) at the same moment is either deleted
+	// while still parked or kept, pending, and delivered.
+	DeleteParked(ctx context.Context, ids []string) (int, error)
 }
 
 // MaxParkReasonLength bounds what stores keep of a parking reason, in bytes; Park keeps the

@@ -14,12 +14,37 @@ import (
 // become pending again, due at their due time (at once, when it is past) with no failed attempt
 // counted, and it returns how many it unparked. Ids not stored, or not parked, are ignored. A
 // timeout parked because its message is larger than the broker takes parks again at its next
-// attempt: fix the cause first, or Cancel it. List with persistence.ListOptions{Parked: true}
+// attempt: fix the cause first, or delete it (DeleteParked). List with persistence.ListOptions{Parked: true}
 // finds the parked ones, with their reason in Timeout.Parked.
 //
 // It returns an error wrapping persistence.ErrUnsupported when the store does not implement
 // persistence.Parker.
 func (m *Manager) Unpark(ctx context.Context, ids ...string) (int, error) {
+	n, err := m.onParkedIDs(ids, "unparking", func(p persistence.Parker) (int, error) { return p.Unpark(ctx, ids) })
+	if n > 0 {
+		m.logger.Info("Parked timeouts replayed", watermill.LogFields{"count": n})
+		m.poller.wake(time.Now())
+	}
+	return n, err
+}
+
+// DeleteParked deletes parked timeouts: those among ids that are parked, and returns how many it
+// deleted. Ids not stored, or not parked, are ignored; a timeout replayed (Unpark) at the same
+// moment is either deleted while still parked or kept and delivered, never deleted once pending.
+//
+// It returns an error wrapping persistence.ErrUnsupported when the store does not implement
+// persistence.Parker.
+func (m *Manager) DeleteParked(ctx context.Context, ids ...string) (int, error) {
+	n, err := m.onParkedIDs(ids, "deleting parked", func(p persistence.Parker) (int, error) { return p.DeleteParked(ctx, ids) })
+	if n > 0 {
+		m.logger.Info("Parked timeouts deleted", watermill.LogFields{"count": n})
+	}
+	return n, err
+}
+
+// onParkedIDs checks ids and runs call, one of the store's persistence.Parker calls, on them;
+// doing says what call does, for its error.
+func (m *Manager) onParkedIDs(ids []string, doing string, call func(persistence.Parker) (int, error)) (int, error) {
 	parker, ok := m.cfg.Store.(persistence.Parker)
 	if !ok {
 		return 0, fmt.Errorf("%w: the store (%T) does not implement persistence.Parker", persistence.ErrUnsupported, m.cfg.Store)
@@ -32,13 +57,9 @@ func (m *Manager) Unpark(ctx context.Context, ids ...string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := parker.Unpark(ctx, ids)
+	n, err := call(parker)
 	if err != nil {
-		return 0, fmt.Errorf("unparking %d timeout(s): %w", len(ids), err)
-	}
-	if n > 0 {
-		m.logger.Info("Parked timeouts replayed", watermill.LogFields{"count": n})
-		m.poller.wake(time.Now())
+		return 0, fmt.Errorf("%s %d timeout(s): %w", doing, len(ids), err)
 	}
 	return n, nil
 }

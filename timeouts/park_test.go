@@ -92,9 +92,9 @@ timeoutmill_timeouts_parked_total{endpoint="orders"} 1
 	require.NoError(t, err)
 	require.Contains(t, again.Parked, "after 1 attempt:", "the replay starts its attempts afresh")
 
-	ok, err := b.manager.Cancel(ctx, big.UUID)
+	n, err = b.manager.DeleteParked(ctx, small.UUID, big.UUID)
 	require.NoError(t, err)
-	require.True(t, ok, "a parked timeout is cancelled as any other")
+	require.Equal(t, 1, n, "the parked one is deleted; the delivered one is not stored")
 	_, err = b.manager.Get(ctx, big.UUID)
 	require.ErrorIs(t, err, persistence.ErrNotFound)
 	require.NoError(t, b.manager.Err())
@@ -106,16 +106,26 @@ type storeIface = persistence.Store
 // plainStore is a store with none of the optional interfaces.
 type plainStore struct{ storeIface }
 
-func TestUnparkNeedsAParker(t *testing.T) {
+func TestUnparkAndDeleteParkedNeedAParker(t *testing.T) {
 	t.Parallel()
-	b := setup(t, plainStore{memory.New()}, nil)
-	_, err := b.manager.Unpark(context.Background(), "id-1")
-	require.ErrorIs(t, err, persistence.ErrUnsupported)
+	for name, call := range map[string]func(m *timeouts.Manager, ids ...string) (int, error){
+		"Unpark": func(m *timeouts.Manager, ids ...string) (int, error) { return m.Unpark(context.Background(), ids...) },
+		"DeleteParked": func(m *timeouts.Manager, ids ...string) (int, error) {
+			return m.DeleteParked(context.Background(), ids...)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, plainStore{memory.New()}, nil)
+			_, err := call(b.manager, "id-1")
+			require.ErrorIs(t, err, persistence.ErrUnsupported)
 
-	b = setup(t, memory.New(), nil)
-	_, err = b.manager.Unpark(context.Background(), "")
-	require.ErrorIs(t, err, persistence.ErrInvalidTimeout)
-	n, err := b.manager.Unpark(context.Background())
-	require.NoError(t, err)
-	require.Zero(t, n)
+			b = setup(t, memory.New(), nil)
+			_, err = call(b.manager, "")
+			require.ErrorIs(t, err, persistence.ErrInvalidTimeout)
+			n, err := call(b.manager)
+			require.NoError(t, err)
+			require.Zero(t, n)
+		})
+	}
 }

@@ -143,19 +143,20 @@ type parkedDeleteCmd struct {
 	All        bool     `help:"Delete every parked timeout of the endpoint."`
 }
 
-// Run deletes parked timeouts, and only parked ones.
+// Run deletes parked timeouts, and only parked ones: each is deleted only if it is still parked
+// (persistence.Parker.DeleteParked), so that one replayed meanwhile is kept.
 func (c *parkedDeleteCmd) Run(e *env) error {
 	if (len(c.IDs) == 0) == !c.All {
 		return fmt.Errorf("%w: parked delete: give either timeout ids or --all, not both or neither", connect.ErrInvalid)
 	}
-	store, _, err := c.openParker(e.ctx)
+	store, parker, err := c.openParker(e.ctx)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	if c.All {
 		n, err := eachParkedPage(e.ctx, store, func(page []persistence.Timeout) (int, error) {
-			return deleteParked(e.ctx, store, ids(page))
+			return parker.DeleteParked(e.ctx, ids(page))
 		})
 		if err != nil {
 			return fmt.Errorf("deleted %d, then: %w", n, connect.RedactError(err, c.Store))
@@ -165,20 +166,20 @@ func (c *parkedDeleteCmd) Run(e *env) error {
 	}
 	missing := 0
 	for _, id := range c.IDs {
+		n, err := parker.DeleteParked(e.ctx, []string{id})
+		if err != nil {
+			return connect.RedactError(err, c.Store)
+		}
+		if n == 1 {
+			fmt.Fprintf(e.stdout, "deleted %s\n", id)
+			continue
+		}
 		why, err := notParked(e.ctx, store, id)
 		if err != nil {
 			return connect.RedactError(err, c.Store)
 		}
 		if why == "" {
-			n, err := deleteParked(e.ctx, store, []string{id})
-			if err != nil {
-				return connect.RedactError(err, c.Store)
-			}
-			if n == 1 {
-				fmt.Fprintf(e.stdout, "deleted %s\n", id)
-				continue
-			}
-			why = "gone meanwhile"
+			why = "parked again meanwhile; run the command again"
 		}
 		missing++
 		fmt.Fprintf(e.stdout, "not parked, not deleted: %s (%s)\n", id, why)
@@ -232,28 +233,6 @@ func eachParkedPage(ctx context.Context, store persistence.Store, do func(page [
 		last := page[len(page)-1]
 		opts.After = persistence.Position{Due: last.Due, ID: last.ID}
 	}
-}
-
-// deleteParked deletes those of ids that are still parked, and returns how many it deleted.
-func deleteParked(ctx context.Context, store persistence.Store, ids []string) (int, error) {
-	n := 0
-	for _, id := range ids {
-		why, err := notParked(ctx, store, id)
-		if err != nil {
-			return n, err
-		}
-		if why != "" {
-			continue
-		}
-		ok, err := store.Cancel(ctx, id)
-		if err != nil {
-			return n, err
-		}
-		if ok {
-			n++
-		}
-	}
-	return n, nil
 }
 
 // notParked says why the timeout with that id is not parked, or "" when it is.

@@ -77,9 +77,9 @@ type Queries struct {
 	ReleaseClaimsOf string
 	// PeekIn (id and the columns of Peek), RemoveIn (returning the ids deleted), ReleaseIn
 	// (available_at back to due and no claiming instance, parked rows left alone) and UnparkIn
-	// (parked rows back to due, failure count 0, no reason) are made for n ids, bound by
-	// Dialect.IDArgs.
-	PeekIn, RemoveIn, ReleaseIn, UnparkIn func(n int) string
+	// (parked rows back to due, failure count 0, no reason) and DeleteParkedIn (parked rows
+	// deleted; a count, as UnparkIn) are made for n ids, bound by Dialect.IDArgs.
+	PeekIn, RemoveIn, ReleaseIn, UnparkIn, DeleteParkedIn func(n int) string
 }
 
 // Parameter names of the statements, for dialects that bind by name.

@@ -70,20 +70,34 @@ func ParkReason(reason string) string {
 // Unpark makes the parked timeouts among ids claimable again from their due time with their
 // failure count at 0, one statement per MaxIn ids, and returns how many it unparked.
 func (s *Store) Unpark(ctx context.Context, ids []string) (int, error) {
+	return s.parkedIn(ctx, "unpark", func(q Queries) func(int) string { return q.UnparkIn }, ids)
+}
+
+// DeleteParked deletes the parked timeouts among ids, one statement per MaxIn ids, each
+// deleting only rows still parked, and returns how many it deleted.
+func (s *Store) DeleteParked(ctx context.Context, ids []string) (int, error) {
+	return s.parkedIn(ctx, "delete parked", func(q Queries) func(int) string { return q.DeleteParkedIn }, ids)
+}
+
+// parkedIn runs the statement the dialect's statement maker of (picked once the store is known
+// to be opened) makes for each chunk of MaxIn ids, which changes the parked rows among them and
+// returns their count, and returns the total.
+func (s *Store) parkedIn(ctx context.Context, what string, of func(Queries) func(n int) string, ids []string) (int, error) {
 	if err := Opened(s); err != nil {
 		return 0, err
 	}
+	query := of(s.d.Queries)
 	if s.d.Storable != nil {
 		if err := ctx.Err(); err != nil {
-			return 0, fmt.Errorf("%s: unpark: %w", s.d.Name, err)
+			return 0, fmt.Errorf("%s: %s: %w", s.d.Name, what, err)
 		}
 	}
 	ids = s.keys(ids)
 	total := 0
 	for chunk := range slices.Chunk(ids, s.maxIn(len(ids))) {
-		n, err := s.writeCount(ctx, s.d.Queries.UnparkIn(len(chunk)), s.d.IDArgs(chunk))
+		n, err := s.writeCount(ctx, query(len(chunk)), s.d.IDArgs(chunk))
 		if err != nil {
-			return total, fmt.Errorf("%s: unpark: %w", s.d.Name, err)
+			return total, fmt.Errorf("%s: %s: %w", s.d.Name, what, err)
 		}
 		total += int(n)
 	}

@@ -98,5 +98,8 @@ WHERE claimed_by = %s AND available_at <> due AND available_at < %s AND parked_r
 			return fmt.Sprintf(`UPDATE %s SET available_at = due, failure_count = 0, parked_reason = NULL, claimed_by = NULL
 WHERE id %s AND parked_reason IS NOT NULL`, t, in(n))
 		},
+		DeleteParkedIn: func(n int) string {
+			return fmt.Sprintf(`DELETE FROM %s WHERE id %s AND parked_reason IS NOT NULL`, t, in(n))
+		},
 	}
 }

@@ -73,6 +73,21 @@ func (s *Store) Unpark(ctx context.Context, ids []string) (int, error) {
 	return n, nil
 }
 
+// DeleteParked deletes the parked timeouts among ids.
+func (s *Store) DeleteParked(ctx context.Context, ids []string) (int, error) {
+	if err := s.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if e, ok := s.byID[id]; ok && e.parked() && s.delete(id) {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // HoldInstance takes instance for the caller until release is called or the store is closed.
 // A memory store lives in one process, so it detects a second holder in that process only.
 func (s *Store) HoldInstance(ctx context.Context, instance string) (func() error, error) {

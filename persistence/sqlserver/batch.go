@@ -81,6 +81,12 @@ WHERE Id IN (%s) AND ParkedReason IS NOT NULL;
 SELECT @@ROWCOUNT;`, q.table, idList(n))
 }
 
+// deleteParkedMany deletes the parked timeouts among n ids, and returns how many it deleted.
+func (q queries) deleteParkedMany(n int) string {
+	return fmt.Sprintf(`DELETE FROM %s WHERE Id IN (%s) AND ParkedReason IS NOT NULL;
+SELECT @@ROWCOUNT;`, q.table, idList(n))
+}
+
 // idArgs binds ids as @id0, @id1, ….
 func idArgs(ids []string) []any {
 	args := make([]any, len(ids))

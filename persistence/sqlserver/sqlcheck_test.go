@@ -106,6 +106,7 @@ func statements(q queries) []namedSQL {
 		{"removeMany(2)", q.removeMany(2)},
 		{"releaseMany(2)", q.releaseMany(2)},
 		{"unparkMany(2)", q.unparkMany(2)},
+		{"deleteParkedMany(2)", q.deleteParkedMany(2)},
 	}
 }
 

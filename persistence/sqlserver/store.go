@@ -105,6 +105,7 @@ func (s *Store) dialect() sqlstore.Dialect {
 			RemoveIn:              s.q.removeMany,
 			ReleaseIn:             s.q.releaseMany,
 			UnparkIn:              s.q.unparkMany,
+			DeleteParkedIn:        s.q.deleteParkedMany,
 			Park:                  s.q.park,
 			ReleaseClaimsOf:       s.q.releaseClaimsOf,
 		},

@@ -28,7 +28,7 @@ func fakeAnswer(q queries, due time.Time) func(c call) answer {
 		case q.installed:
 			return rowsOf([]driver.Value{int64(5)})
 		case q.store, q.delete, q.incrementFailureCount, q.cancelByOwner, q.releaseMany(2), q.dropKey, q.schedule, q.reschedule,
-			q.park, q.releaseClaimsOf, q.unparkMany(2):
+			q.park, q.releaseClaimsOf, q.unparkMany(2), q.deleteParkedMany(2):
 			return rowsOf([]driver.Value{int64(1)})
 		case holdInstance: // granted
 			return rowsOf([]driver.Value{int64(0)})
@@ -104,6 +104,8 @@ func exercise(t *testing.T, store *Store, due time.Time) {
 	_, err = store.Park(ctx, "a", "reason")
 	require.NoError(t, err)
 	_, err = store.Unpark(ctx, []string{"a", "b"})
+	require.NoError(t, err)
+	_, err = store.DeleteParked(ctx, []string{"a", "b"})
 	require.NoError(t, err)
 	_, err = store.ClaimDueAs(ctx, "instance-1", due, 10, time.Minute)
 	require.NoError(t, err)

@@ -28,6 +28,7 @@ func (s suite) testParker(t *testing.T) {
 		{"ParkedIsShown", s.testParkedIsShown},
 		{"Unpark", s.testUnpark},
 		{"ParkedIsDeleted", s.testParkedIsDeleted},
+		{"DeleteParked", s.testDeleteParked},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -281,6 +282,42 @@ func (s suite) testParkedIsDeleted(t *testing.T) {
 	_, ok, err := store.Next(ctx)
 	require.NoError(t, err)
 	require.False(t, ok, "nothing is left")
+}
+
+// testDeleteParked: DeleteParked deletes parked timeouts and nothing else. A timeout replayed
+// (Unpark) before the delete reaches it is pending again, and is kept: an operator deleting a
+// parked timeout while another replays it never deletes one that is about to be delivered.
+func (s suite) testDeleteParked(t *testing.T) {
+	store, p := s.parker(t)
+	ctx := t.Context()
+	now := base()
+	mustStore(ctx, t, store, timeout("parked", now), timeout("replayed", now), timeout("pending", now))
+	mustPark(t, p, "parked", "reason")
+	mustPark(t, p, "replayed", "reason")
+	n, err := p.Unpark(ctx, []string{"replayed"})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	n, err = p.DeleteParked(ctx, []string{"parked", "replayed", "pending", "gone"})
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "only the parked one is deleted")
+	_, err = store.Peek(ctx, "parked")
+	require.ErrorIs(t, err, persistence.ErrNotFound)
+	for _, id := range []string{"replayed", "pending"} {
+		got, err := store.Peek(ctx, id)
+		require.NoError(t, err, "%s is kept", id)
+		require.Empty(t, got.Parked, id)
+	}
+	ids, err := store.ClaimDue(ctx, now, 10, time.Minute)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"replayed", "pending"}, ids, "both are still delivered")
+
+	n, err = p.DeleteParked(ctx, []string{"parked"})
+	require.NoError(t, err)
+	require.Zero(t, n, "deleting again does nothing")
+	n, err = p.DeleteParked(ctx, nil)
+	require.NoError(t, err)
+	require.Zero(t, n)
 }
 
 // testClaimer checks persistence.Claimer, for the stores that implement it: claims record their

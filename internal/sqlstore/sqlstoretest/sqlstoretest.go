@@ -150,6 +150,7 @@ func Unopened(t *testing.T, name string, stores ...Store) {
 		if s, ok := store.(persistence.Parker); ok {
 			calls["Park"] = func() error { _, err := s.Park(ctx, "a", "reason"); return err }
 			calls["Unpark"] = func() error { _, err := s.Unpark(ctx, []string{"a"}); return err }
+			calls["DeleteParked"] = func() error { _, err := s.DeleteParked(ctx, []string{"a"}); return err }
 		}
 		if s, ok := store.(persistence.Claimer); ok {
 			calls["HoldInstance"] = func() error { _, err := s.HoldInstance(ctx, "i"); return err }

@@ -196,3 +196,7 @@ UPDATE [dbo].[orders.timeouts] SET AvailableAt = Time, RetryCount = 0, ParkedRea
 WHERE Id IN (@id0, @id1) AND ParkedReason IS NOT NULL;
 SELECT @@ROWCOUNT;
 
+-- name: deleteParkedMany(2)
+DELETE FROM [dbo].[orders.timeouts] WHERE Id IN (@id0, @id1) AND ParkedReason IS NOT NULL;
+SELECT @@ROWCOUNT;
+

@@ -196,3 +196,7 @@ UPDATE [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.t
 WHERE Id IN (@id0, @id1) AND ParkedReason IS NOT NULL;
 SELECT @@ROWCOUNT;
 
+-- name: deleteParkedMany(2)
+DELETE FROM [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] WHERE Id IN (@id0, @id1) AND ParkedReason IS NOT NULL;
+SELECT @@ROWCOUNT;
+
