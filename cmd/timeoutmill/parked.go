@@ -96,45 +96,10 @@ type parkedReplayCmd struct {
 // Run unparks timeouts. A running timeout manager delivers them at its next look at the store
 // (at most its poll interval later).
 func (c *parkedReplayCmd) Run(e *env) error {
-	if (len(c.IDs) == 0) == !c.All {
-		return fmt.Errorf("%w: parked replay: give either timeout ids or --all, not both or neither", connect.ErrInvalid)
-	}
-	store, parker, err := c.openParker(e.ctx)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	if c.All {
-		n, err := eachParkedPage(e.ctx, store, func(page []persistence.Timeout) (int, error) {
-			return parker.Unpark(e.ctx, ids(page))
-		})
-		if err != nil {
-			return fmt.Errorf("replayed %d, then: %w", n, connect.RedactError(err, c.Store))
-		}
-		fmt.Fprintf(e.stdout, "replayed %d parked timeouts\n", n)
-		return nil
-	}
-	missing := 0
-	for _, id := range c.IDs {
-		n, err := parker.Unpark(e.ctx, []string{id})
-		if err != nil {
-			return connect.RedactError(err, c.Store)
-		}
-		if n == 1 {
-			fmt.Fprintf(e.stdout, "replayed %s\n", id)
-			continue
-		}
-		missing++
-		why, err := notParked(e.ctx, store, id)
-		if err != nil {
-			return connect.RedactError(err, c.Store)
-		}
-		fmt.Fprintf(e.stdout, "not parked: %s (%s)\n", id, why)
-	}
-	if missing > 0 {
-		return fmt.Errorf("%d of %d ids were not parked", missing, len(c.IDs))
-	}
-	return nil
+	return onParked(e, c.storeFlags, c.IDs, c.All, parkedAction{
+		command: "parked replay", done: "replayed", skipped: "not parked",
+		call: func(ctx context.Context, p persistence.Parker, ids []string) (int, error) { return p.Unpark(ctx, ids) },
+	})
 }
 
 type parkedDeleteCmd struct {
@@ -146,46 +111,65 @@ type parkedDeleteCmd struct {
 // Run deletes parked timeouts, and only parked ones: each is deleted only if it is still parked
 // (persistence.Parker.DeleteParked), so that one replayed meanwhile is kept.
 func (c *parkedDeleteCmd) Run(e *env) error {
-	if (len(c.IDs) == 0) == !c.All {
-		return fmt.Errorf("%w: parked delete: give either timeout ids or --all, not both or neither", connect.ErrInvalid)
+	return onParked(e, c.storeFlags, c.IDs, c.All, parkedAction{
+		command: "parked delete", done: "deleted", skipped: "not parked, not deleted",
+		call: func(ctx context.Context, p persistence.Parker, ids []string) (int, error) {
+			return p.DeleteParked(ctx, ids)
+		},
+	})
+}
+
+// parkedAction is what parked replay or parked delete does to parked timeouts, and its words.
+type parkedAction struct {
+	command, done, skipped string
+	// call acts on the parked timeouts among ids, each only while it is parked, and returns
+	// how many it acted on.
+	call func(ctx context.Context, p persistence.Parker, ids []string) (int, error)
+}
+
+// onParked runs a on the timeouts with ids, or on every parked one (all), and reports each id it
+// did not act on, and why. It fails when some id was not parked.
+func onParked(e *env, f storeFlags, ids []string, all bool, a parkedAction) error {
+	if (len(ids) == 0) == !all {
+		return fmt.Errorf("%w: %s: give either timeout ids or --all, not both or neither", connect.ErrInvalid, a.command)
 	}
-	store, parker, err := c.openParker(e.ctx)
+	store, parker, err := f.openParker(e.ctx)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	if c.All {
+	if all {
 		n, err := eachParkedPage(e.ctx, store, func(page []persistence.Timeout) (int, error) {
-			return parker.DeleteParked(e.ctx, ids(page))
+			return a.call(e.ctx, parker, idsOf(page))
 		})
 		if err != nil {
-			return fmt.Errorf("deleted %d, then: %w", n, connect.RedactError(err, c.Store))
+			return fmt.Errorf("%s %d, then: %w", a.done, n, connect.RedactError(err, f.Store))
 		}
-		fmt.Fprintf(e.stdout, "deleted %d parked timeouts\n", n)
+		fmt.Fprintf(e.stdout, "%s %d parked timeouts\n", a.done, n)
 		return nil
 	}
 	missing := 0
-	for _, id := range c.IDs {
-		n, err := parker.DeleteParked(e.ctx, []string{id})
+	for _, id := range ids {
+		n, err := a.call(e.ctx, parker, []string{id})
 		if err != nil {
-			return connect.RedactError(err, c.Store)
+			return connect.RedactError(err, f.Store)
 		}
 		if n == 1 {
-			fmt.Fprintf(e.stdout, "deleted %s\n", id)
+			fmt.Fprintf(e.stdout, "%s %s\n", a.done, id)
 			continue
 		}
 		why, err := notParked(e.ctx, store, id)
 		if err != nil {
-			return connect.RedactError(err, c.Store)
+			return connect.RedactError(err, f.Store)
 		}
 		if why == "" {
 			why = "parked again meanwhile; run the command again"
 		}
 		missing++
-		fmt.Fprintf(e.stdout, "not parked, not deleted: %s (%s)\n", id, why)
+		fmt.Fprintf(e.stdout, "%s: %s (%s)\n", a.skipped, id, why)
 	}
 	if missing > 0 {
-		return fmt.Errorf("%d of %d ids were not parked", missing, len(c.IDs))
+		return fmt.Errorf("%d of %d ids were not parked", missing, len(ids))
 	}
 	return nil
 }
@@ -249,7 +233,7 @@ func notParked(ctx context.Context, store persistence.Store, id string) (string,
 	return "", nil
 }
 
-func ids(ts []persistence.Timeout) []string {
+func idsOf(ts []persistence.Timeout) []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
 		out[i] = t.ID
