@@ -3,9 +3,10 @@
 //
 // The contract is stable. A message that reaches the Timeouts queue of an endpoint with a
 // HeaderExpire and a HeaderDestination header is delivered to that destination when due, with its
-// payload and other headers unchanged; the routing headers (HeaderExpire, HeaderDestination,
-// HeaderOwner and Watermill's two delay keys) are removed on the way, so a delivered message
-// published again is not delayed again.
+// payload and other headers unchanged; the routing headers (IsRoutingHeader says which) are
+// removed on the way, so a delivered message published again is not delayed again. A producer
+// in another language, or a Go program not using package timeouts, builds such a message by hand
+// with FormatExpire (see its example).
 //
 // A due time is read from HeaderExpire (RFC 3339, fractional seconds allowed, any offset) and
 // rounded up to Precision; without HeaderExpire, Watermill's HeaderWatermillDelayedUntil is

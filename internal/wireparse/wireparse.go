@@ -55,11 +55,8 @@ func CheckRange(what string, t time.Time) (time.Time, error) {
 	return t, nil
 }
 
-// FormatExpire formats t for wire.HeaderExpire: RFC 3339 in UTC with as many fractional digits as
-// needed.
-func FormatExpire(t time.Time) string {
-	return t.UTC().Format(time.RFC3339Nano)
-}
+// FormatExpire is wire.FormatExpire, the one implementation.
+func FormatExpire(t time.Time) string { return wire.FormatExpire(t) }
 
 // ParseExpire parses a wire.HeaderExpire value: RFC 3339, fractional seconds allowed, any offset.
 // The result is in UTC and rounded up to wire.Precision.
@@ -176,20 +173,8 @@ func Key(metadata map[string]string) (string, persistence.KeyPolicy, error) {
 		wire.KeyPolicyReplace, wire.KeyPolicyKeep)
 }
 
-// IsRoutingHeader reports whether key is one of the headers that route a message through the
-// timeout manager: wire.HeaderExpire, wire.HeaderDestination, wire.HeaderOwner, wire.HeaderKey,
-// wire.HeaderKeyPolicy and Watermill's two delay keys; and wire.HeaderDue, which only delivery
-// sets.
-// They are removed before the message is delivered to its destination, which therefore never
-// sees a delay header, and a delivered message published again is not delayed again.
-func IsRoutingHeader(key string) bool {
-	switch key {
-	case wire.HeaderExpire, wire.HeaderDestination, wire.HeaderOwner, wire.HeaderKey, wire.HeaderKeyPolicy,
-		wire.HeaderWatermillDelayedUntil, wire.HeaderWatermillDelayedFor, wire.HeaderDue:
-		return true
-	}
-	return false
-}
+// IsRoutingHeader is wire.IsRoutingHeader, the one implementation.
+func IsRoutingHeader(key string) bool { return wire.IsRoutingHeader(key) }
 
 // ValidateName checks that an endpoint or instance name can be used in queue names: not empty,
 // at most 200 bytes, printable, and without whitespace.
