@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # services.sh starts the real servers timeoutmill's tests use (RabbitMQ, PostgreSQL 15, MariaDB,
-# Redis 7 and NATS 2.9 with JetStream), each bound to 127.0.0.1 on a non-default port, from a plain
-# shell as root: no Docker, no systemd.
-# It installs what is missing with apt-get, so a fresh Debian 12 machine (CI) needs nothing else.
+# Redis 7, NATS 2.9 with JetStream, and Shopify's toxiproxy, the fault proxy of the network-fault
+# tests), each bound to 127.0.0.1 on a non-default port, from a plain shell as root: no Docker, no
+# systemd. It installs what is missing with apt-get (toxiproxy with a pinned `go install`, so `go`
+# must be on PATH), so a fresh Debian 12 machine (CI) needs nothing else.
 #
-#   scripts/services.sh up     [rabbitmq|postgres|mariadb|redis|nats ...]   install, start, wait, create test db/user
-#   scripts/services.sh down   [rabbitmq|postgres|mariadb|redis|nats ...]   stop cleanly
-#   scripts/services.sh status                                              what runs
-#   scripts/services.sh env                                                 print the env file for tests
+#   scripts/services.sh up     [rabbitmq|postgres|mariadb|redis|nats|toxiproxy ...]   install, start, wait, create test db/user
+#   scripts/services.sh down   [rabbitmq|postgres|mariadb|redis|nats|toxiproxy ...]   stop cleanly
+#   scripts/services.sh status                                                        what runs
+#   scripts/services.sh env                                                           print the env file for tests
 #
 #   scripts/services.sh cluster up|down|status [1|2|3 ...]          a 3-node RabbitMQ cluster (below)
 #
-# No name means all five. `up` is idempotent: a server that already answers is left alone (a second
+# No name means all six. `up` is idempotent: a server that already answers is left alone (a second
 # start would break a running RabbitMQ or MariaDB, see shared/design/SERVICES.md).
 #
 # Environment: TIMEOUTMILL_SERVICES_DIR (state dir, default /tmp/timeoutmill-services; every parent
 # must be traversable by user postgres), TIMEOUTMILL_RABBITMQ_PORT (5682; the Erlang distribution
 # port is this + 20000), TIMEOUTMILL_POSTGRES_PORT (5442), TIMEOUTMILL_MARIADB_PORT (3316),
-# TIMEOUTMILL_REDIS_PORT (6389), TIMEOUTMILL_NATS_PORT (4232),
+# TIMEOUTMILL_REDIS_PORT (6389), TIMEOUTMILL_NATS_PORT (4232), TIMEOUTMILL_TOXIPROXY_PORT (8484,
+# its HTTP API; the proxies tests create listen on ports of their own),
 # TIMEOUTMILL_RABBITMQ_NODENAME (timeoutmill@localhost).
 #
 # `cluster` runs three RabbitMQ nodes joined in one cluster, for the cluster acceptance test: node N
@@ -34,6 +36,7 @@ POSTGRES_PORT=${TIMEOUTMILL_POSTGRES_PORT:-5442}
 MARIADB_PORT=${TIMEOUTMILL_MARIADB_PORT:-3316}
 REDIS_PORT=${TIMEOUTMILL_REDIS_PORT:-6389}
 NATS_PORT=${TIMEOUTMILL_NATS_PORT:-4232}
+TOXIPROXY_PORT=${TIMEOUTMILL_TOXIPROXY_PORT:-8484}
 # A second set of servers (another state dir and ports) needs another node name: they share epmd.
 RABBITMQ_NODE=${TIMEOUTMILL_RABBITMQ_NODENAME:-timeoutmill@localhost}
 
@@ -44,6 +47,7 @@ PG_DIR=$STATE/postgres
 MARIADB_DIR=$STATE/mariadb
 REDIS_DIR=$STATE/redis
 NATS_DIR=$STATE/nats
+TOXIPROXY_DIR=$STATE/toxiproxy
 ENV_FILE=$STATE/env
 
 # Test credentials: these servers only listen on loopback and hold throwaway data.
@@ -51,7 +55,13 @@ DB_NAME=timeoutmill
 MARIADB_USER=timeoutmill
 MARIADB_PASSWORD=timeoutmill
 
-ALL_SERVICES=(rabbitmq postgres mariadb redis nats)
+# The toxiproxy release `go install` builds. Its server package is cmd/server, so the binary is
+# called `server`: it goes into a directory named by the version, with a toxiproxy-server link.
+TOXIPROXY_MODULE=github.com/Shopify/toxiproxy/v2
+TOXIPROXY_VERSION=v2.12.0
+TOXIPROXY_BIN=$TOXIPROXY_DIR/$TOXIPROXY_VERSION/toxiproxy-server
+
+ALL_SERVICES=(rabbitmq postgres mariadb redis nats toxiproxy)
 # What this run learnt of each service ("up" or "down"), so that the env file need not ask again:
 # a rabbitmqctl call boots an Erlang VM, 1 s or more on a busy machine.
 declare -A KNOWN=()
@@ -148,6 +158,7 @@ install_missing() {
 			command -v curl >/dev/null || missing+=(curl) # asks the monitoring port whether JetStream is ready
 			;;
 		postgres) [ -x "$PG_BIN/postgres" ] && [ -x "$PG_BIN/initdb" ] || missing+=(postgresql-15) ;;
+		toxiproxy) command -v curl >/dev/null || missing+=(curl) ;; # asks its API whether it answers
 		esac
 	done
 	# ss and runuser are on every Debian 12, but a minimal image may lack ss.
@@ -556,8 +567,8 @@ mariadb_status() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# Redis and NATS are single daemons with a pid file NAME.pid in their directory, stopped and
-# reported alike.
+# Redis, NATS and toxiproxy are single daemons with a pid file NAME.pid in their directory, stopped
+# and reported alike.
 
 # daemon_down NAME DIR PROCESS stops the daemon of DIR/NAME.pid, if it is PROCESS.
 daemon_down() {
@@ -665,6 +676,55 @@ nats_down() { daemon_down nats "$NATS_DIR" nats-server; }
 nats_status() { daemon_status nats "$NATS_DIR" nats-server "$NATS_PORT" nats_ready; }
 
 # ---------------------------------------------------------------------------------------------
+# toxiproxy: a TCP proxy with an HTTP API that tests drive to put faults (latency, a black hole,
+# resets, ...) between a process and a server. It starts with no proxies: each test creates its
+# own and deletes them. Built from source by a pinned `go install` into $TOXIPROXY_DIR/VERSION.
+
+toxiproxy_pid() { read_pid "$TOXIPROXY_DIR/toxiproxy.pid"; }
+toxiproxy_ready() { curl -fsS "http://127.0.0.1:$TOXIPROXY_PORT/version" >/dev/null 2>&1; }
+
+# toxiproxy_install builds the pinned release, unless a binary of that version is there already.
+toxiproxy_install() {
+	local dir=${TOXIPROXY_BIN%/*}
+	[ -x "$dir/server" ] && [ -L "$TOXIPROXY_BIN" ] && return 0
+	command -v go >/dev/null || die "toxiproxy: installing it needs go on PATH (go install $TOXIPROXY_MODULE/cmd/server@$TOXIPROXY_VERSION)"
+	mkdir -p "$dir"
+	# Run outside the repository, so that nothing of its go.mod or GOFLAGS applies to the install.
+	timed "toxiproxy: go install $TOXIPROXY_VERSION" to_log "$TOXIPROXY_DIR/install.log" \
+		env -C "$TOXIPROXY_DIR" GOBIN="$dir" GOFLAGS= go install "$TOXIPROXY_MODULE/cmd/server@$TOXIPROXY_VERSION" ||
+		{
+			show_log "$TOXIPROXY_DIR/install.log"
+			die "toxiproxy: go install failed"
+		}
+	ln -sfn server "$TOXIPROXY_BIN"
+}
+
+toxiproxy_up() {
+	mkdir -p "$TOXIPROXY_DIR"
+	toxiproxy_install
+	if pid_is "$(toxiproxy_pid)" toxiproxy-server && toxiproxy_ready; then
+		log "toxiproxy: already up (port $TOXIPROXY_PORT)"
+		return 0
+	fi
+	if ! pid_is "$(toxiproxy_pid)" toxiproxy-server; then
+		port_in_use "$TOXIPROXY_PORT" && die "toxiproxy: port $TOXIPROXY_PORT is taken by a process this script did not start"
+		rm -f "$TOXIPROXY_DIR/toxiproxy.pid"
+		nohup "$TOXIPROXY_BIN" -host 127.0.0.1 -port "$TOXIPROXY_PORT" >"$TOXIPROXY_DIR/toxiproxy.log" 2>&1 </dev/null 9>&- &
+		echo "$!" >"$TOXIPROXY_DIR/toxiproxy.pid"
+		log "toxiproxy: started pid $! on 127.0.0.1:$TOXIPROXY_PORT"
+	fi
+	timed "toxiproxy: wait for startup" wait_for 30 "toxiproxy to answer" toxiproxy_ready ||
+		{
+			show_log "$TOXIPROXY_DIR/toxiproxy.log"
+			die "toxiproxy is not ready"
+		}
+	log "toxiproxy: up ($TOXIPROXY_VERSION, API on 127.0.0.1:$TOXIPROXY_PORT)"
+}
+
+toxiproxy_down() { daemon_down toxiproxy "$TOXIPROXY_DIR" toxiproxy-server; }
+toxiproxy_status() { daemon_status toxiproxy "$TOXIPROXY_DIR" toxiproxy-server "$TOXIPROXY_PORT" toxiproxy_ready; }
+
+# ---------------------------------------------------------------------------------------------
 # The env file: one export per running server, rewritten after every up and down.
 
 is_up() {
@@ -700,6 +760,9 @@ write_env() {
 		if is_up nats; then
 			echo "export TIMEOUTMILL_TEST_NATS_URL=nats://127.0.0.1:$NATS_PORT"
 		fi
+		if is_up toxiproxy; then
+			echo "export TIMEOUTMILL_TEST_TOXIPROXY_URL=http://127.0.0.1:$TOXIPROXY_PORT"
+		fi
 	} >"$tmp"
 	mv "$tmp" "$ENV_FILE"
 }
@@ -714,8 +777,8 @@ services_from_args() {
 	fi
 	for svc in "$@"; do
 		case $svc in
-		rabbitmq | postgres | mariadb | redis | nats) echo "$svc" ;;
-		*) die "unknown service '$svc' (want rabbitmq, postgres, mariadb, redis or nats)" ;;
+		rabbitmq | postgres | mariadb | redis | nats | toxiproxy) echo "$svc" ;;
+		*) die "unknown service '$svc' (want rabbitmq, postgres, mariadb, redis, nats or toxiproxy)" ;;
 		esac
 	done
 }
