@@ -2,9 +2,15 @@ package critical
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
+
+// ErrNoAnswer is the error of a critical error raised because calls to a store or a broker went
+// on for the whole wait with no success: none returned, or those that did failed.
+var ErrNoAnswer = errors.New("no answer")
 
 // DefaultRetryDelay is how long a failing stage waits before it tries again.
 const DefaultRetryDelay = time.Second
@@ -24,11 +30,22 @@ type BreakerConfig struct {
 	OnTrip func(*Error)
 	// OnFailure is told of every failure, for metrics. Optional.
 	OnFailure func(error)
+	// CallTimeout bounds each call made through Call: past it the call's context is done, so the
+	// call returns with an error its caller reports as a failure. Defaults to DefaultCallTimeout,
+	// or TimeToWait when that is shorter.
+	CallTimeout time.Duration
 }
+
+// DefaultCallTimeout is the longest one call to a store or a broker may take, unless
+// BreakerConfig.CallTimeout says otherwise.
+const DefaultCallTimeout = 10 * time.Second
 
 func (c *BreakerConfig) setDefaults() {
 	if c.RetryDelay == 0 {
 		c.RetryDelay = DefaultRetryDelay
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = min(DefaultCallTimeout, c.TimeToWait)
 	}
 }
 
@@ -45,15 +62,23 @@ func (c BreakerConfig) Validate() error {
 		return errorf("breaker %s: RetryDelay must not be negative, got %s", c.Name, c.RetryDelay)
 	case c.OnTrip == nil:
 		return errorf("breaker %s: OnTrip is required", c.Name)
+	case c.CallTimeout < 0:
+		return errorf("breaker %s: CallTimeout must not be negative, got %s", c.Name, c.CallTimeout)
 	}
 	return nil
 }
 
-// CircuitBreaker raises a critical error when failures go on, without a success between them, for
-// longer than its TimeToWait (NServiceBus's RepeatedFailuresOverTimeCircuitBreaker). The first
-// failure arms it and starts a timer; a success disarms it. The timer, not the next failure,
-// raises the error, so it comes on time however rarely the stage retries. It trips at most once
-// per arming.
+// CircuitBreaker raises a critical error when its stage has gone without a success for longer
+// than its TimeToWait (NServiceBus's RepeatedFailuresOverTimeCircuitBreaker), in either of two
+// ways:
+//   - failures go on without a success between them: the first failure arms the breaker and
+//     starts a timer, a success disarms it;
+//   - calls made through Call are in flight and none has succeeded: a call that never returns
+//     (a black-holed network, a server that stopped answering) tells no one of its failure, so
+//     the breaker watches the time since the last success while there is work.
+//
+// A timer, not the next failure, raises the error, so it comes on time however rarely the stage
+// retries and however long a call hangs. It trips at most once until a success.
 type CircuitBreaker struct {
 	cfg BreakerConfig
 
@@ -64,6 +89,12 @@ type CircuitBreaker struct {
 	tripped bool
 	stopped bool   // Stop was called: nothing arms the breaker again
 	gen     uint64 // arming generation, so a stale timer cannot trip a re-armed breaker
+
+	// The watch over calls in flight (Call).
+	inFlight  int         // calls started and not ended
+	busySince time.Time   // when calls were first in flight with no success since; zero when none are
+	watch     *time.Timer // fires TimeToWait after busySince; nil until the first call
+	watching  bool        // watch is set to fire
 }
 
 // NewCircuitBreaker returns a disarmed breaker.
@@ -105,10 +136,88 @@ func (b *CircuitBreaker) Failure(ctx context.Context, err error) {
 	}
 }
 
+// Call starts a call of the stage to a store or a broker: it returns ctx bounded by the
+// breaker's CallTimeout, and end, which the caller must call when the call returns, whatever its
+// outcome (which it reports with Success or Failure as usual). While calls are in flight and
+// none has succeeded for TimeToWait, the breaker trips, even if none of them ever returns.
+func (b *CircuitBreaker) Call(ctx context.Context) (callCtx context.Context, end func()) {
+	callCtx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
+	b.mu.Lock()
+	if b.stopped {
+		b.mu.Unlock()
+		return callCtx, cancel
+	}
+	b.inFlight++
+	if b.inFlight == 1 {
+		b.busySince = time.Now()
+		b.armWatch(b.cfg.TimeToWait)
+	}
+	b.mu.Unlock()
+	var once sync.Once
+	return callCtx, func() {
+		once.Do(func() {
+			cancel()
+			b.mu.Lock()
+			b.inFlight--
+			if b.inFlight == 0 {
+				b.busySince = time.Time{}
+			}
+			b.mu.Unlock()
+		})
+	}
+}
+
+// armWatch sets the watch to fire after d, unless it is set already. b.mu is held.
+func (b *CircuitBreaker) armWatch(d time.Duration) {
+	if b.watching {
+		return
+	}
+	b.watching = true
+	if b.watch == nil {
+		b.watch = time.AfterFunc(d, b.watchFired)
+		return
+	}
+	b.watch.Reset(d)
+}
+
+// watchFired trips the breaker when calls have been in flight for TimeToWait with no success, and
+// otherwise sets the watch again for when that would be.
+func (b *CircuitBreaker) watchFired() {
+	b.mu.Lock()
+	b.watching = false
+	if b.stopped || b.inFlight == 0 || b.tripped {
+		b.mu.Unlock()
+		return
+	}
+	if left := b.cfg.TimeToWait - time.Since(b.busySince); left > 0 {
+		b.armWatch(left)
+		b.mu.Unlock()
+		return
+	}
+	b.tripped = true
+	err := b.lastErr
+	if err == nil {
+		err = fmt.Errorf("%w: %s with calls in flight and no success", ErrNoAnswer, b.cfg.TimeToWait)
+	} else {
+		err = fmt.Errorf("%w: %s with calls in flight and no success; the last failure: %w", ErrNoAnswer, b.cfg.TimeToWait, err)
+	}
+	since := b.busySince
+	if !b.since.IsZero() && b.since.Before(since) {
+		since = b.since
+	}
+	e := &Error{Breaker: b.cfg.Name, Message: b.cfg.Message, Err: err, FailingSince: since}
+	b.mu.Unlock()
+	b.cfg.OnTrip(e)
+}
+
 // Success disarms the breaker.
 func (b *CircuitBreaker) Success() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.inFlight > 0 {
+		b.busySince = time.Now()
+	}
+	b.tripped = false
 	if b.since.IsZero() {
 		return
 	}
@@ -116,12 +225,17 @@ func (b *CircuitBreaker) Success() {
 	b.since, b.lastErr, b.timer, b.tripped = time.Time{}, nil, nil, false
 }
 
-// Armed reports whether failures are being counted.
+// Armed reports whether the breaker counts down to a critical error: failures are being counted,
+// or calls have been in flight for longer than quietCall with no success.
 func (b *CircuitBreaker) Armed() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return !b.since.IsZero()
+	return !b.since.IsZero() || (b.inFlight > 0 && time.Since(b.busySince) > quietCall)
 }
+
+// quietCall is how long calls may be in flight with no success before Armed says so: longer than
+// a healthy call takes, so that a working stage does not flicker.
+const quietCall = time.Second
 
 // Tripped reports whether the breaker raised its critical error and has not been disarmed since.
 func (b *CircuitBreaker) Tripped() bool {
@@ -139,6 +253,10 @@ func (b *CircuitBreaker) Stop() {
 		b.timer.Stop()
 	}
 	b.since, b.lastErr, b.timer = time.Time{}, nil, nil
+	if b.watch != nil {
+		b.watch.Stop()
+	}
+	b.watching = false
 	b.stopped = true
 	b.gen++
 }
