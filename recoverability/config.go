@@ -27,7 +27,8 @@ const DefaultMaxDeferredHold = 5 * time.Minute
 // Config configures the retries of one handler: immediate retries, delayed retries through a
 // deferred queue, and the error queue.
 type Config struct {
-	// WorkQueue is the topic the handler consumes; delayed retries are sent back to it. Required.
+	// WorkQueue is the topic the handler consumes; delayed retries are sent back to it. Required:
+	// New refuses an empty one.
 	WorkQueue string
 
 	// DeferredQueue is this running instance's deferred queue, where messages wait for their
@@ -38,20 +39,28 @@ type Config struct {
 	// documentation). Defaults to none: as in Shuttle, a message waiting for its delayed retry
 	// is then put straight back on the work queue, again and again, until it is due; that keeps
 	// the work queue busy with messages that cannot be handled yet ("queue thrashing"), so New
-	// logs a warning, and it suits only the simplest programs and tests.
+	// logs a warning, and it suits only the simplest programs and tests; leave Subscriber nil
+	// then too. New refuses a name that cannot name a queue (more than 200 bytes, white space or
+	// a control character, a leading or trailing dot), one equal to WorkQueue or ErrorQueue, and
+	// an empty DeferredQueue with a Subscriber set: that is what a Config written for the former
+	// Endpoint and Instance fields, which named the deferred queue
+	// wire.DeferredQueue(Endpoint, Instance), becomes once they are deleted, and running it
+	// without a deferred queue would change its behaviour silently.
 	DeferredQueue string
 
-	// ErrorQueue receives messages that are out of retries. Defaults to "error".
+	// ErrorQueue receives messages that are out of retries. Defaults to "error". New refuses a
+	// name that cannot name a queue, and one equal to WorkQueue.
 	ErrorQueue string
 	// ImmediateRetries is how many times a failed handler is called again at once, on the
-	// message's first delivery, before delayed retries begin. Defaults to 0.
+	// message's first delivery, before delayed retries begin. Defaults to 0; New refuses a
+	// negative count.
 	ImmediateRetries int
 	// DurationToIgnoreOnFailure is the delayed-retry schedule. Defaults to 10 s, 30 s, 1 min when
 	// nil; an empty, non-nil list means no delayed retries (with MaximumFailureCount: retries
 	// without a wait). Without MaximumFailureCount, after the n-th failed delivery the message is
 	// ignored for DurationToIgnoreOnFailure[n-1] and then handled once more, and when the list is
 	// used up it goes to the error queue: a handler that always fails is called
-	// 1 + ImmediateRetries + len(DurationToIgnoreOnFailure) times.
+	// 1 + ImmediateRetries + len(DurationToIgnoreOnFailure) times. New refuses a negative entry.
 	DurationToIgnoreOnFailure []time.Duration
 	// MaximumFailureCount, when above 0, decides as in Shuttle when a message goes to the error
 	// queue: a message is retried while its failures number fewer than MaximumFailureCount, and
@@ -60,17 +69,20 @@ type Config struct {
 	// its ImmediateRetries included), so a handler that always fails is called
 	// ImmediateRetries + MaximumFailureCount times. Defaults to 0: not given, the length of the
 	// schedule decides, as above (which is MaximumFailureCount len(DurationToIgnoreOnFailure)+1).
+	// New refuses a negative count.
 	MaximumFailureCount int
 
 	// Publisher sends retries to the work queue, waiting messages to the deferred queue and
-	// failed ones to the error queue. Required.
+	// failed ones to the error queue. Required: New refuses nil.
 	Publisher message.Publisher
-	// Subscriber consumes the deferred queue. Required with a DeferredQueue.
+	// Subscriber consumes the deferred queue. Required with a DeferredQueue, and nil without one:
+	// New refuses a DeferredQueue without a Subscriber, and a Subscriber without a DeferredQueue
+	// (see DeferredQueue).
 	Subscriber message.Subscriber
 	// MaxDeferredHold is the longest the deferred queue's processor holds one message unacked
 	// while it waits for the queue's next processing time; after that it makes a pass anyway.
 	// Brokers cap how long a delivery may stay unacked (RabbitMQ's consumer_timeout is 30
-	// minutes). Defaults to 5 minutes.
+	// minutes). Defaults to 5 minutes; New refuses a negative hold.
 	MaxDeferredHold time.Duration
 }
 
@@ -118,6 +130,11 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.DeferredQueue == "" {
+		if c.Subscriber != nil {
+			return invalid("DeferredQueue is required with a Subscriber: set DeferredQueue to this instance's deferred queue " +
+				"(wire.DeferredQueue(endpoint, instance) is the one the former Endpoint and Instance fields named), " +
+				"or leave Subscriber nil to run without one, putting messages that wait for a delayed retry back on the work queue")
+		}
 		return nil
 	}
 	if err := wireparse.ValidateName("DeferredQueue", c.DeferredQueue); err != nil {

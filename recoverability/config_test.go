@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/recoverability"
+	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 func TestConfigDefaults(t *testing.T) {
@@ -37,7 +38,8 @@ func TestConfigValidate(t *testing.T) {
 		{"deferred queue with a space", func(c *recoverability.Config) { c.DeferredQueue = "orders deferred" },
 			`DeferredQueue "orders deferred" contains whitespace or a control character`},
 		{"deferred queue of any name", func(c *recoverability.Config) { c.DeferredQueue = "server-inbox-deferred" }, ""},
-		{"no deferred queue", func(c *recoverability.Config) { c.DeferredQueue = "" }, ""},
+		{"no deferred queue, a subscriber", func(c *recoverability.Config) { c.DeferredQueue = "" },
+			"DeferredQueue is required with a Subscriber"},
 		{"no deferred queue, no subscriber", func(c *recoverability.Config) { c.DeferredQueue, c.Subscriber = "", nil }, ""},
 		{"maximum failure count", func(c *recoverability.Config) { c.MaximumFailureCount = 10 }, ""},
 		{"negative maximum failure count", func(c *recoverability.Config) { c.MaximumFailureCount = -1 }, "MaximumFailureCount must not be negative, got -1"},
@@ -241,4 +243,38 @@ func TestLoadConfigFileThenCode(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(`{"Inbox": {"DurationToIgnoreOnFailure": ["00:00:1x"]}}`), 0o600))
 	err = recoverability.LoadConfigFile(path, &cfg)
 	require.ErrorContains(t, err, path+": timeoutmill: invalid configuration: DurationToIgnoreOnFailure[0]: \"00:00:1x\" is not a duration")
+}
+
+// A Config written for the former Endpoint and Instance fields, which named the deferred queue,
+// is left with a Subscriber and no DeferredQueue once they are deleted. Run as it stands it
+// would have no deferred queue at all: New refuses it, naming the field to set, and runs
+// nothing.
+func TestAConfigWrittenForEndpointAndInstanceIsRefusedNamingDeferredQueue(t *testing.T) {
+	t.Parallel()
+	ps := newGoChannel(t)
+	logger := newCaptureLogger()
+	old := recoverability.Config{ // was: Endpoint: "orders", Instance: "web-1",
+		WorkQueue:  "orders",
+		Publisher:  ps,
+		Subscriber: ps,
+	}
+	_, err := recoverability.New(old, logger)
+	require.ErrorIs(t, err, recoverability.ErrInvalidConfig)
+	require.ErrorContains(t, err, "DeferredQueue is required with a Subscriber")
+	require.ErrorContains(t, err, "wire.DeferredQueue(endpoint, instance)")
+	require.Zero(t, logger.count(thrashingWarning), "refused, not run without a deferred queue")
+	require.ErrorIs(t, old.Validate(), recoverability.ErrInvalidConfig, "Validate says the same")
+
+	// What it meant then, it says now with DeferredQueue.
+	old.DeferredQueue = wire.DeferredQueue("orders", "web-1")
+	r, err := recoverability.New(old, logger)
+	require.NoError(t, err)
+	require.Equal(t, "orders.Deferred.web-1", r.DeferredQueue())
+
+	// Running without a deferred queue, as Shuttle does when none is configured, is asked for
+	// by leaving Subscriber nil too.
+	r, err = recoverability.New(recoverability.Config{WorkQueue: "orders", Publisher: ps}, logger)
+	require.NoError(t, err)
+	require.Empty(t, r.DeferredQueue())
+	require.Equal(t, 1, logger.count(thrashingWarning))
 }

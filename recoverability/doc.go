@@ -94,7 +94,8 @@
 //
 // # Without a deferred queue
 //
-// Without Config.DeferredQueue, as in Shuttle when none is configured, a message whose
+// Without Config.DeferredQueue (and without Config.Subscriber, which only a deferred queue
+// needs), as in Shuttle when none is configured, a message whose
 // ignore-until time lies ahead is put straight back on the work queue, and comes round again and
 // again until it is due. Shuttle's documentation calls this serious queue thrashing, to be avoided
 // in anything but the simplest programs; it is supported for those, and New logs a warning saying

@@ -61,7 +61,8 @@ func LoadConfigFile(path string, cfg *Config) error {
 // host ("queue://error"); a plain name is used as it is. WorkQueueUri sets WorkQueue,
 // ErrorQueueUri ErrorQueue, and DeferredQueueUri DeferredQueue: whatever its name, that queue is
 // this instance's deferred queue, never to be shared, so each instance's file names its own.
-// Without one, messages waiting for a delayed retry go round the work queue, as in Shuttle.
+// Without one, messages waiting for a delayed retry go round the work queue, as in Shuttle, and
+// code sets no Subscriber (see Config.DeferredQueue).
 // Durations are Go durations or .NET TimeSpans (see ParseDuration); a malformed or negative one is
 // an error naming the entry. MaximumFailureCount, a whole number from 1 (a JSON number or a string
 // of digits, as .NET configuration binds either), sets MaximumFailureCount.

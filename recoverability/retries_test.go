@@ -205,7 +205,7 @@ func TestWithoutDeferredQueueMessagesThrashThroughTheWorkQueue(t *testing.T) {
 	ps := newGoChannel(t)
 	counting := &countingPublisher{Publisher: ps}
 	cfg := baseConfig(ps)
-	cfg.DeferredQueue = ""
+	cfg.DeferredQueue, cfg.Subscriber = "", nil // nothing to consume without a deferred queue
 	cfg.Publisher = counting
 	cfg.DurationToIgnoreOnFailure = []time.Duration{300 * time.Millisecond}
 	b := start(t, ps, cfg, func(n int, _ *message.Message) error {

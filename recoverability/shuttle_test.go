@@ -124,7 +124,7 @@ func TestShuttlesConfigurationWithoutADeferredQueueRunsAsItStands(t *testing.T) 
 
 	ps := newGoChannel(t)
 	counting := &countingPublisher{Publisher: ps}
-	cfg.Publisher, cfg.Subscriber = counting, ps
+	cfg.Publisher = counting // no Subscriber: only a deferred queue needs one
 	logger := newCaptureLogger()
 	b := startWithLogger(t, ps, cfg, logger, func(n int, _ *message.Message) error {
 		if n == 1 {
