@@ -130,6 +130,19 @@ type Config struct {
 	MaximumRecoveryFailuresPerSecond int
 	// RetryDelay is how long a failing stage waits before it tries again. Defaults to 1 second.
 	RetryDelay time.Duration
+	// CallTimeout bounds each call the manager makes to its store or its broker: a claim, a
+	// store, a lookup, a publish awaiting the broker's confirmation, an announcement, the
+	// set-up, taking the instance name. A call past it fails, as a refused one does, and its
+	// stage retries. Whatever the calls' deadlines, a stage whose calls have been in flight for
+	// its wait (TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages,
+	// TimeToTriggerStoreCircuitBreaker, TimeToTriggerDispatchCircuitBreaker) with no success
+	// raises its critical error then, even if a call never returns: a network that drops packets
+	// instead of refusing them stops the endpoint on time. Defaults to 10 seconds, or a stage's
+	// wait when that is shorter; negative is refused. A store's set-up (Installer) must finish
+	// within it: run a long migration with `timeoutmill setup` first. The Manager's own calls on
+	// the store (Schedule, Reschedule, Cancel, CancelByOwner, Get, Unpark, DeleteParked) are
+	// bounded by it too when their ctx has no deadline; List and Stats only by their ctx.
+	CallTimeout time.Duration
 
 	// OnCriticalError is called once for each critical error. Defaults to logging the error and
 	// closing the router the Manager was added to; Manager.Err reports the error either way.
@@ -267,6 +280,8 @@ func (c Config) validate() error {
 		return invalid("TimeToTriggerDispatchCircuitBreaker must be positive, got %s", c.TimeToTriggerDispatchCircuitBreaker)
 	case c.RetryDelay < 0:
 		return invalid("RetryDelay must not be negative, got %s", c.RetryDelay)
+	case c.CallTimeout < 0:
+		return invalid("CallTimeout must not be negative, got %s", c.CallTimeout)
 	}
 	if why := invalidInstance(c.Instance); why != "" {
 		return invalid("Instance %s", why)

@@ -71,7 +71,9 @@ func (m *Manager) holdInstance(ctx context.Context) bool {
 		if ctx.Err() != nil {
 			return false
 		}
-		release, err := in.claimer.HoldInstance(ctx, in.name)
+		callCtx, end := m.poller.fetch.Call(ctx)
+		release, err := in.claimer.HoldInstance(callCtx, in.name)
+		end()
 		switch {
 		case err == nil:
 			in.release = release
@@ -86,7 +88,9 @@ func (m *Manager) holdInstance(ctx context.Context) bool {
 		}
 	}
 	for ctx.Err() == nil {
-		n, err := in.claimer.ReleaseClaimsOf(ctx, in.name)
+		callCtx, end := m.poller.fetch.Call(ctx)
+		n, err := in.claimer.ReleaseClaimsOf(callCtx, in.name)
+		end()
 		if err == nil {
 			m.poller.fetch.Success()
 			fields["released"] = n

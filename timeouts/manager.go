@@ -71,7 +71,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 	var breakerNames []string
 	newBreaker := func(name string, wait time.Duration, msg string) (*critical.CircuitBreaker, error) {
 		b, err := critical.NewCircuitBreaker(critical.BreakerConfig{
-			Name: name, TimeToWait: wait, Message: msg, RetryDelay: config.RetryDelay, OnTrip: m.raise,
+			Name: name, TimeToWait: wait, Message: msg, RetryDelay: config.RetryDelay, CallTimeout: config.CallTimeout, OnTrip: m.raise,
 			OnFailure: func(error) { m.metrics.onFailure(name) },
 		})
 		if err == nil {
@@ -113,7 +113,9 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 
-	errorQueue := errorqueue.New(config.Publisher, config.ErrorQueue)
+	// Each satellite sends to the error queue as a call of its own breaker (satellites.GuardedPublisher).
+	storeErrors := errorqueue.New(satellites.GuardedPublisher{Publisher: config.Publisher, Breaker: storeBreaker}, config.ErrorQueue)
+	dispatchErrors := errorqueue.New(satellites.GuardedPublisher{Publisher: config.Publisher, Breaker: dispatchBreaker}, config.ErrorQueue)
 	m.poller = &poller{
 		store:      config.Store,
 		announcer:  dispatcherqueue.NewPublisher(config.Publisher, config.Endpoint, 0, config.AnnouncementIDs),
@@ -136,7 +138,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 	if m.store, err = satellites.NewStore(satellites.StoreConfig{
 		Endpoint:   config.Endpoint,
 		Store:      config.Store,
-		ErrorQueue: errorQueue,
+		ErrorQueue: storeErrors,
 		Breaker:    storeBreaker,
 		OnStored: func(due time.Time) {
 			m.metrics.onStored()
@@ -149,7 +151,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		Endpoint:        config.Endpoint,
 		Store:           config.Store,
 		Publisher:       config.Publisher,
-		ErrorQueue:      errorQueue,
+		ErrorQueue:      dispatchErrors,
 		Breaker:         dispatchBreaker,
 		NumberOfRetries: config.NumberOfRetries,
 		RecoveryBreaker: recoveryBreaker,
@@ -228,6 +230,8 @@ func (m *Manager) Cancel(ctx context.Context, id string) (bool, error) {
 	if err := checkID(id); err != nil {
 		return false, err
 	}
+	ctx, cancel := m.bounded(ctx)
+	defer cancel()
 	return m.cfg.Store.Cancel(ctx, id)
 }
 
@@ -236,6 +240,8 @@ func (m *Manager) CancelByOwner(ctx context.Context, owner string) (int, error) 
 	if owner == "" {
 		return 0, fmt.Errorf("%w: the owner is empty (it would match no timeout)", persistence.ErrInvalidTimeout)
 	}
+	ctx, cancel := m.bounded(ctx)
+	defer cancel()
 	return m.cfg.Store.CancelByOwner(ctx, owner)
 }
 
@@ -320,7 +326,9 @@ func (m *Manager) setupInfrastructure(ctx context.Context) bool {
 		return true
 	}
 	for ctx.Err() == nil {
-		err := installer.SetupInfrastructure(ctx)
+		callCtx, end := m.poller.fetch.Call(ctx)
+		err := installer.SetupInfrastructure(callCtx)
+		end()
 		if err == nil {
 			m.poller.fetch.Success()
 			return true

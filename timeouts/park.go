@@ -20,7 +20,7 @@ import (
 // It returns an error wrapping persistence.ErrUnsupported when the store does not implement
 // persistence.Parker.
 func (m *Manager) Unpark(ctx context.Context, ids ...string) (int, error) {
-	n, err := m.onParkedIDs(ids, "unparking", func(p persistence.Parker) (int, error) { return p.Unpark(ctx, ids) })
+	n, err := m.onParkedIDs(ctx, ids, "unparking", func(ctx context.Context, p persistence.Parker) (int, error) { return p.Unpark(ctx, ids) })
 	if n > 0 {
 		m.logger.Info("Parked timeouts replayed", watermill.LogFields{"count": n})
 		m.poller.wake(time.Now())
@@ -35,7 +35,7 @@ func (m *Manager) Unpark(ctx context.Context, ids ...string) (int, error) {
 // It returns an error wrapping persistence.ErrUnsupported when the store does not implement
 // persistence.Parker.
 func (m *Manager) DeleteParked(ctx context.Context, ids ...string) (int, error) {
-	n, err := m.onParkedIDs(ids, "deleting parked", func(p persistence.Parker) (int, error) { return p.DeleteParked(ctx, ids) })
+	n, err := m.onParkedIDs(ctx, ids, "deleting parked", func(ctx context.Context, p persistence.Parker) (int, error) { return p.DeleteParked(ctx, ids) })
 	if n > 0 {
 		m.logger.Info("Parked timeouts deleted", watermill.LogFields{"count": n})
 	}
@@ -44,7 +44,7 @@ func (m *Manager) DeleteParked(ctx context.Context, ids ...string) (int, error) 
 
 // onParkedIDs checks ids and runs call, one of the store's persistence.Parker calls, on them;
 // doing says what call does, for its error.
-func (m *Manager) onParkedIDs(ids []string, doing string, call func(persistence.Parker) (int, error)) (int, error) {
+func (m *Manager) onParkedIDs(ctx context.Context, ids []string, doing string, call func(context.Context, persistence.Parker) (int, error)) (int, error) {
 	parker, ok := m.cfg.Store.(persistence.Parker)
 	if !ok {
 		return 0, fmt.Errorf("%w: the store (%T) does not implement persistence.Parker", persistence.ErrUnsupported, m.cfg.Store)
@@ -57,7 +57,9 @@ func (m *Manager) onParkedIDs(ids []string, doing string, call func(persistence.
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := call(parker)
+	ctx, cancel := m.bounded(ctx)
+	defer cancel()
+	n, err := call(ctx, parker)
 	if err != nil {
 		return 0, fmt.Errorf("%s %d timeout(s): %w", doing, len(ids), err)
 	}

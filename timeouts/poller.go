@@ -126,9 +126,9 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 	}
 	// A claim that started finishes, and is announced, even when ctx ends meanwhile: cut short
 	// after the database committed it, its ids would wait for their lease.
-	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), announceTimeout)
+	claimCtx, end := p.fetch.Call(context.WithoutCancel(ctx))
 	ids, err := p.claim(claimCtx, now)
-	cancel()
+	end()
 	if err != nil {
 		<-p.slots
 		if ctx.Err() == nil {
@@ -157,7 +157,9 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 		}
 	}
 	limit := time.Now().Add(p.interval)
-	due, any, err := p.store.Next(ctx)
+	nextCtx, end := p.fetch.Call(ctx)
+	due, any, err := p.store.Next(nextCtx)
+	end()
 	if err != nil {
 		if ctx.Err() == nil {
 			p.logger.Error("Reading the next due time failed", err, nil)
@@ -262,13 +264,11 @@ func (p *poller) announceClaimed(ctx context.Context, ids []string, claimedAt, d
 	}
 }
 
-// announceTimeout bounds announcing a claimed batch.
-const announceTimeout = 30 * time.Second
-
-// announce publishes claimed ids to the dispatcher queue. It finishes even when ctx is cancelled
-// by a shutdown: ids claimed but not announced would wait for their lease to run out.
+// announce publishes claimed ids to the dispatcher queue, as a call of the dispatch breaker (its
+// deadline bounds it). It finishes even when ctx is cancelled by a shutdown: ids claimed but not
+// announced would wait for their lease to run out.
 func (p *poller) announce(ctx context.Context, ids []string, dueBy time.Time) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), announceTimeout)
-	defer cancel()
+	ctx, end := p.dispatch.Call(context.WithoutCancel(ctx))
+	defer end()
 	return p.announcer.PublishDue(ctx, ids, dueBy)
 }

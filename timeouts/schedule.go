@@ -1,6 +1,7 @@
 package timeouts
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/internal/critical"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -115,7 +117,9 @@ func (m *Manager) schedule(ctx context.Context, topic string, msg *message.Messa
 	if err := m.waitReady(ctx); err != nil {
 		return persistence.Scheduled{}, err
 	}
-	res, err := do(ctx, t, now, policy)
+	callCtx, cancel := m.bounded(ctx)
+	res, err := do(callCtx, t, now, policy)
+	cancel()
 	if err != nil {
 		return persistence.Scheduled{}, fmt.Errorf("scheduling message %s for %q: %w", msg.UUID, topic, err)
 	}
@@ -170,6 +174,15 @@ func timeoutOf(topic string, msg *message.Message, now time.Time) (persistence.T
 	return t, policy, t.Validate()
 }
 
+// bounded is ctx bounded by Config.CallTimeout when it has no deadline of its own: a steering
+// call on a store that stopped answering fails rather than hangs.
+func (m *Manager) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, cmp.Or(m.cfg.CallTimeout, critical.DefaultCallTimeout))
+}
+
 // waitReady waits until the store is set up, the manager stopped, or ctx is done.
 func (m *Manager) waitReady(ctx context.Context) error {
 	select {
@@ -221,6 +234,8 @@ func (m *Manager) Reschedule(ctx context.Context, id string, at time.Time) (bool
 	if err := persistence.ValidateDue(due); err != nil {
 		return false, fmt.Errorf("rescheduling timeout %q: %w", id, err)
 	}
+	ctx, cancel := m.bounded(ctx)
+	defer cancel()
 	ok, err := sch.Reschedule(ctx, id, due, now)
 	if err != nil {
 		return false, fmt.Errorf("rescheduling timeout %q: %w", id, err)
@@ -239,6 +254,8 @@ func (m *Manager) Get(ctx context.Context, id string) (persistence.Timeout, erro
 	if err := checkID(id); err != nil {
 		return persistence.Timeout{}, err
 	}
+	ctx, cancel := m.bounded(ctx)
+	defer cancel()
 	t, err := m.cfg.Store.Peek(ctx, id)
 	if err != nil {
 		return persistence.Timeout{}, fmt.Errorf("timeout %q: %w", id, err)

@@ -461,7 +461,7 @@ func (d *Dispatch) notYetDue(ctx context.Context, reqs []*request[due]) {
 	}
 	d.logger.Debug("Timeouts announced before their due time; given back", watermill.LogFields{"timeout_ids": ids})
 	if rel, ok := d.cfg.Store.(persistence.Releaser); ok {
-		if _, err := rel.Release(ctx, ids); err != nil {
+		if _, err := guarded(ctx, d.cfg.Breaker, func(ctx context.Context) (int, error) { return rel.Release(ctx, ids) }); err != nil {
 			d.logger.Error("Giving back timeouts not due yet failed; they wait for their claim's lease", err, watermill.LogFields{"timeout_ids": ids})
 		}
 	}

@@ -120,7 +120,9 @@ func NewDispatch(cfg DispatchConfig, logger watermill.LoggerAdapter) (*Dispatch,
 		cfg.MaxBatch = DefaultMaxBatch
 	}
 	queue := wire.DispatcherQueue(cfg.Endpoint)
-	d := &Dispatch{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue}), calls: batchCalls(cfg.Store)}
+	cfg.Publisher = GuardedPublisher{Publisher: cfg.Publisher, Breaker: cfg.Breaker}
+	d := &Dispatch{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue}),
+		calls: guardedCalls{batchCalls(cfg.Store), cfg.Breaker}}
 	if cfg.Forwarder != nil {
 		if fwd, ok := cfg.Forwarder.(BatchForwarder); ok {
 			d.forwarder = fwd
@@ -244,7 +246,9 @@ func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, ou
 	}
 	fields := watermill.LogFields{"timeout_id": t.ID, "destination": t.Destination}
 	d.logger.Error("Forwarding due message failed", cause, fields)
-	found, err := d.cfg.Store.IncrementFailureCount(ctx, t.ID)
+	found, err := guarded(ctx, d.cfg.Breaker, func(ctx context.Context) (bool, error) {
+		return d.cfg.Store.IncrementFailureCount(ctx, t.ID)
+	})
 	if err != nil {
 		// Neither lost nor moved on: the attempt was not counted, so the message is nacked and
 		// tried again. Failing this way too often is a critical error of its own.
@@ -299,7 +303,7 @@ func (d *Dispatch) parkable(err error) bool {
 func (d *Dispatch) park(ctx context.Context, parker persistence.Parker, t persistence.Timeout, attempts int, cause, sendErr error) error {
 	reason := fmt.Sprintf("forwarding to %q failed after %s: %v; the error queue %q refused its copy too: %v",
 		t.Destination, plural(attempts, "attempt"), cause, d.cfg.ErrorQueue.Topic(), sendErr)
-	found, err := parker.Park(ctx, t.ID, reason)
+	found, err := guarded(ctx, d.cfg.Breaker, func(ctx context.Context) (bool, error) { return parker.Park(ctx, t.ID, reason) })
 	if err != nil {
 		d.logger.Error("Parking an unforwardable timeout failed; will retry", err, watermill.LogFields{"timeout_id": t.ID})
 		d.cfg.Breaker.Failure(ctx, err)

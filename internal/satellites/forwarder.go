@@ -39,7 +39,7 @@ func (d *Dispatch) forwardMany(ctx context.Context, found []forward) {
 	for i, f := range found {
 		fs[i] = Forwarding{Timeout: f.t, Message: f.out}
 	}
-	removed, err := d.forwarder.ForwardMany(ctx, fs)
+	removed, err := guarded(ctx, d.cfg.Breaker, func(ctx context.Context) ([]string, error) { return d.forwarder.ForwardMany(ctx, fs) })
 	if err != nil && len(found) > 1 {
 		d.logger.Debug("Forwarding a batch of timeouts failed; forwarding them one by one", watermill.LogFields{"count": len(fs), "error": err.Error()})
 		reqs := make([]*request[due], len(found))

@@ -1,6 +1,7 @@
 package satellites
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -74,7 +75,8 @@ func NewStore(cfg StoreConfig, logger watermill.LoggerAdapter) (*Store, error) {
 		cfg.MaxBatch = DefaultMaxBatch
 	}
 	queue := wire.TimeoutsQueue(cfg.Endpoint)
-	s := &Store{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue}), calls: batchCalls(cfg.Store)}
+	s := &Store{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue}),
+		calls: guardedCalls{batchCalls(cfg.Store), cfg.Breaker}}
 	s.batcher = &batcher[delayed]{max: cfg.MaxBatch, handle: s.store}
 	return s, nil
 }
@@ -108,7 +110,9 @@ func (s *Store) scheduleKeyed(msg *message.Message, t persistence.Timeout) error
 	_, policy, _ := wireparse.Key(msg.Metadata) // checked by timeoutOf
 	ctx, cancel := detached(msg)
 	defer cancel()
-	res, err := sch.Schedule(ctx, t, time.Now(), policy)
+	res, err := guarded(ctx, s.cfg.Breaker, func(ctx context.Context) (persistence.Scheduled, error) {
+		return sch.Schedule(ctx, t, time.Now(), policy)
+	})
 	if errors.Is(err, persistence.ErrInvalidTimeout) {
 		return s.reject(msg, err.Error())
 	}
@@ -176,7 +180,9 @@ func (s *Store) timeoutOf(msg *message.Message) (persistence.Timeout, error) {
 // checkDuplicate handles a message whose id is stored already: a redelivery is acked; a different
 // message reusing the id goes to the error queue rather than silently replacing or vanishing.
 func (s *Store) checkDuplicate(msg *message.Message, t persistence.Timeout) error {
-	existing, err := s.cfg.Store.Peek(messageContext(msg), t.ID)
+	existing, err := guarded(messageContext(msg), s.cfg.Breaker, func(ctx context.Context) (persistence.Timeout, error) {
+		return s.cfg.Store.Peek(ctx, t.ID)
+	})
 	if errors.Is(err, persistence.ErrNotFound) {
 		// Stored, then dispatched or cancelled since: this was a late redelivery.
 		return nil

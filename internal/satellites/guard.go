@@ -1,0 +1,73 @@
+package satellites
+
+import (
+	"context"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/timeoutmill/timeoutmill/internal/critical"
+	"github.com/timeoutmill/timeoutmill/persistence"
+)
+
+// Every call a satellite makes to the store or the broker goes through its breaker's Call: it
+// gets a deadline, so a call on a connection whose peer stopped answering ends as a failure the
+// stage retries, and while it hangs the breaker counts the time since the stage's last success,
+// so the critical error comes on time even if the call never returns.
+
+// guarded runs one call of a stage through its breaker.
+func guarded[T any](ctx context.Context, b *critical.CircuitBreaker, call func(context.Context) (T, error)) (T, error) {
+	ctx, end := b.Call(ctx)
+	defer end()
+	return call(ctx)
+}
+
+// guardedCalls makes a store's batch calls through a breaker.
+type guardedCalls struct {
+	calls   persistence.BatchStore
+	breaker *critical.CircuitBreaker
+}
+
+func (g guardedCalls) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
+	return guarded(ctx, g.breaker, func(ctx context.Context) ([]string, error) { return g.calls.StoreMany(ctx, ts) })
+}
+
+func (g guardedCalls) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
+	return guarded(ctx, g.breaker, func(ctx context.Context) ([]persistence.Timeout, error) { return g.calls.PeekMany(ctx, ids) })
+}
+
+func (g guardedCalls) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
+	return guarded(ctx, g.breaker, func(ctx context.Context) ([]string, error) { return g.calls.RemoveMany(ctx, ids) })
+}
+
+// GuardedPublisher publishes through a breaker: each Publish is a call (critical.CircuitBreaker's
+// Call), and each message published carries the call's deadline in its context for the length of
+// the Publish, which transports that wait for the broker's confirmation honour. The messages get
+// their own contexts back afterwards, so a message published again (to the error queue, say) is
+// not published with a deadline that has passed.
+type GuardedPublisher struct {
+	message.Publisher
+	Breaker *critical.CircuitBreaker
+}
+
+// Publish publishes msgs to topic within the breaker's call deadline.
+func (p GuardedPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if len(msgs) == 0 {
+		return p.Publisher.Publish(topic, msgs...)
+	}
+	callCtx, end := p.Breaker.Call(msgs[0].Context())
+	defer end()
+	deadline, _ := callCtx.Deadline()
+	own := make([]context.Context, len(msgs))
+	for i, m := range msgs {
+		own[i] = m.Context()
+		ctx, cancel := context.WithDeadline(own[i], deadline)
+		defer cancel()
+		m.SetContext(ctx)
+	}
+	defer func() {
+		for i, m := range msgs {
+			m.SetContext(own[i])
+		}
+	}()
+	return p.Publisher.Publish(topic, msgs...)
+}
