@@ -18,6 +18,7 @@ import (
 	"github.com/timeoutmill/timeoutmill/internal/connect"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/timeouts"
+	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 )
 
 type runCmd struct {
@@ -29,7 +30,8 @@ type runCmd struct {
 	PollInterval    time.Duration `default:"1m" help:"Longest time between looks at the store (it also wakes at the next due time)."`
 	ClaimLease      time.Duration `default:"1m" help:"How long ids claimed by the poller stay hidden from other pollers; ids claimed but not announced (after a kill -9, say) are claimed again when it ends. At least 1s; below 30s ids still being announced or dispatched may be announced again (duplicates, never loss)."`
 	AnnouncementIDs int           `name:"announcement-ids" default:"100" help:"Most due ids one dispatcher message carries (1 to 1000). Set 1 while instances of a release that reads one id per message still run (a rolling upgrade)."`
-	OutageWait      time.Duration `default:"2m" help:"How long the store may be unreachable before a critical error stops the service (TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages)."`
+	OutageWait      time.Duration `default:"2m" help:"How long the store or the broker may fail or stop answering before a critical error stops the service: the poller's wait (TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages), and storing's and dispatching's when shorter than their 30s. Calls that hang count: the error comes on time even when the network drops packets instead of refusing them. Start-up also waits this long for an unreachable store or broker."`
+	CallTimeout     time.Duration `default:"10s" help:"The longest one call to the store or the broker may take before it fails and is tried again (capped at --outage-wait)."`
 	NumberOfRetries int           `default:"0" help:"Retries of a failed forward before the message goes to the error queue."`
 	MetricsAddr     string        `help:"Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464." placeholder:"ADDR"`
 	SkipSetup       bool          `help:"Do not create the table or declare the queues at start (see the setup command)."`
@@ -63,7 +65,9 @@ func (c *runCmd) Run(e *env) error {
 	}
 	defer store.Close()
 	transport, err := retry(e.ctx, c.OutageWait, logger, "transport", func() (*connect.Transport, error) {
-		return connect.OpenTransportWith(e.ctx, c.Transport, c.transportOptions(), logger)
+		opts := c.transportOptions()
+		opts.Heartbeat = heartbeatFor(c.OutageWait)
+		return connect.OpenTransportWith(e.ctx, c.Transport, opts, logger)
 	})
 	if err != nil {
 		return err
@@ -164,9 +168,21 @@ func (c *runCmd) managerConfig(store persistence.Store, transport *connect.Trans
 		MetricsRegisterer: registry,
 		Forwarder:         forwarder,
 		TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages: c.OutageWait,
+		TimeToTriggerStoreCircuitBreaker:                        min(c.OutageWait, timeouts.DefaultTimeToTriggerStoreCircuitBreaker),
+		TimeToTriggerDispatchCircuitBreaker:                     min(c.OutageWait, timeouts.DefaultTimeToTriggerDispatchCircuitBreaker),
+		CallTimeout:                                             min(c.CallTimeout, c.OutageWait),
 		SkipInfrastructureSetup:                                 c.SkipSetup,
 		Instance:                                                c.Instance,
 	}
+}
+
+// heartbeatFor is the AMQP heartbeat for an outage wait: a quarter of the storing and dispatching
+// waits, so that a broker that stopped answering is found gone (three heartbeats heard of nothing)
+// within the wait, and the calls waiting on its connection end; at least 2 s, under which a loaded
+// machine risks dropping good connections, and at most the transport's default.
+func heartbeatFor(outageWait time.Duration) time.Duration {
+	wait := min(outageWait, timeouts.DefaultTimeToTriggerDispatchCircuitBreaker)
+	return min(max(wait/4, 2*time.Second), amqptransport.DefaultHeartbeat)
 }
 
 // defaultInstance is the name of an instance started without --instance: host name and process

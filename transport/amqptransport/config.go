@@ -1,6 +1,7 @@
 package amqptransport
 
 import (
+	"cmp"
 	"crypto/tls"
 	"fmt"
 	"time"
@@ -96,6 +97,14 @@ type Config struct {
 	// DialTimeout bounds opening a connection. Defaults to 10 s.
 	DialTimeout time.Duration
 
+	// Heartbeat is how often the client and the broker tell each other they are alive (the
+	// broker may ask for less often; the shorter of the two wins). A connection that hears
+	// nothing for three heartbeats is closed and made again, so a broker that stopped answering
+	// (its packets dropped by a partition or a firewall rather than refused) is noticed within
+	// about three times this, and calls waiting on that connection end. Defaults to 10 s.
+	// RabbitMQ advises against values under a few seconds on a loaded network.
+	Heartbeat time.Duration
+
 	// Reconnect paces reconnection after the connection was lost (a broker restart), which is
 	// retried for as long as the Publisher or Subscriber is open (internal/amqpconn). Defaults to
 	// a first attempt after 0.5 s, then 1.5 times longer each time, at most 5 s apart, each ±50 %.
@@ -124,6 +133,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
 	}
 	if c.Reconnect == nil {
 		c.Reconnect = &wamqp.ReconnectConfig{
@@ -164,6 +176,8 @@ func (c Config) Validate() error {
 		return invalid("CloseTimeout must be positive, got %s", c.CloseTimeout)
 	case c.DialTimeout < 0:
 		return invalid("DialTimeout must be positive, got %s", c.DialTimeout)
+	case c.Heartbeat < 0:
+		return invalid("Heartbeat must be positive, got %s", c.Heartbeat)
 	}
 	return nil
 }
@@ -171,7 +185,7 @@ func (c Config) Validate() error {
 // amqpConfig is the connection of one role ("publisher" or "subscriber").
 func (c Config) amqpConfig(role string) amqp.Config {
 	return amqp.Config{
-		Heartbeat:       DefaultHeartbeat,
+		Heartbeat:       cmp.Or(c.Heartbeat, DefaultHeartbeat),
 		Locale:          "en_US",
 		TLSClientConfig: c.TLS,
 		Dial:            coalesce.Dial(amqp.DefaultDial(c.DialTimeout)), // many messages a system call; see internal/coalesce

@@ -25,6 +25,8 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, "timeoutmill publisher", cc.Properties["connection_name"])
 	require.Equal(t, DefaultHeartbeat, cc.Heartbeat)
 	require.NotNil(t, cc.Dial, "connections send through internal/coalesce")
+	c.Heartbeat = 2 * time.Second
+	require.Equal(t, 2*time.Second, c.amqpConfig("subscriber").Heartbeat, "the configured heartbeat reaches the connection")
 	b := c.backoff()
 	require.Equal(t, 500*time.Millisecond, b.Initial)
 	require.Equal(t, 5*time.Second, b.Max)
@@ -42,6 +44,7 @@ func TestConfigValidate(t *testing.T) {
 		"negative fetch":   {Config{URL: "amqp://h/", PrefetchCount: -1}, "PrefetchCount must be positive"},
 		"huge prefetch":    {Config{URL: "amqp://h/", PrefetchCount: 70000}, "at most 65535"},
 		"negative timeout": {Config{URL: "amqp://h/", DialTimeout: -time.Second}, "DialTimeout must be positive"},
+		"negative beat":    {Config{URL: "amqp://h/", Heartbeat: -time.Second}, "Heartbeat must be positive"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
