@@ -18,6 +18,7 @@ import (
 	"github.com/timeoutmill/timeoutmill/internal/critical"
 	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
+	"github.com/timeoutmill/timeoutmill/internal/storeopen"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -307,17 +308,13 @@ func invalidInstance(name string) string {
 	return ""
 }
 
-// unopened reports whether a store is a nil pointer, or a pointer to a struct with every field
-// zero: a store its Open or New never made, whose first call would fail or panic.
+// unopened reports whether store is a nil pointer, or a store of this module that its package's
+// Open or New did not make (a zero-value &postgres.Store{}), whose first call would fail or panic.
+// It reads the mark the store's constructor set and nothing else, so it never races with a
+// manager already using the store. A store from outside this module carries no mark: only a nil
+// pointer is refused, and its own calls must fail on a value its constructor did not make.
 func unopened(store persistence.Store) bool {
-	if isNilPointer(store) {
-		return true
-	}
-	rv := reflect.ValueOf(store)
-	if rv.Kind() == reflect.Pointer {
-		rv = rv.Elem()
-	}
-	return rv.Kind() == reflect.Struct && rv.NumField() > 0 && rv.IsZero()
+	return isNilPointer(store) || storeopen.Check(store) == storeopen.NotOpened
 }
 
 // isNilPointer reports whether v is a typed nil pointer in an interface: not nil to ==, yet its

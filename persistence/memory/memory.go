@@ -11,20 +11,24 @@ import (
 	"sync"
 	"time"
 
+	"github.com/timeoutmill/timeoutmill/internal/storeopen"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
 // Store keeps timeouts in a map, ordered for claiming by a min-heap on the time each becomes
 // claimable (its due time, or the end of its claim's lease). It is safe for concurrent use.
 type Store struct {
-	mu      sync.Mutex
-	byID    map[string]*entry
-	byOwner map[string]map[string]struct{}
-	byKey   map[string]string // key -> id of the timeout that holds it
-	queue   claimQueue        // every timeout that is not parked
-	held    map[string]bool   // instance names taken by HoldInstance
-	closed  bool
+	openMark // set by New; NewManager reads it, never the fields below
+	mu       sync.Mutex
+	byID     map[string]*entry
+	byOwner  map[string]map[string]struct{}
+	byKey    map[string]string // key -> id of the timeout that holds it
+	queue    claimQueue        // every timeout that is not parked
+	held     map[string]bool   // instance names taken by HoldInstance
+	closed   bool
 }
+
+type openMark = storeopen.Mark // embedded by this name: no exported field
 
 type entry struct {
 	timeout     persistence.Timeout
@@ -41,10 +45,11 @@ var (
 // New returns an empty store.
 func New() *Store {
 	return &Store{
-		byID:    make(map[string]*entry),
-		byOwner: make(map[string]map[string]struct{}),
-		byKey:   make(map[string]string),
-		held:    make(map[string]bool),
+		openMark: storeopen.Opened(),
+		byID:     make(map[string]*entry),
+		byOwner:  make(map[string]map[string]struct{}),
+		byKey:    make(map[string]string),
+		held:     make(map[string]bool),
 	}
 }
 

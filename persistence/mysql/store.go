@@ -21,6 +21,7 @@ type Store struct {
 	db    *sql.DB
 	stmts *statements
 	q     queries
+	openMark
 }
 
 type core = sqlstore.Store // embedded by this name: no exported field, no hidden Store method
@@ -91,7 +92,7 @@ var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 
 func newStore(db *sql.DB, ownsDB bool, table string) *Store {
 	q := newQueries(table)
-	s := &Store{db: db, q: q}
+	s := &Store{openMark: opened(), db: db, q: q}
 	s.stmts = newStatements(db, q.core.Store, q.core.Next, q.core.Peek, q.core.Delete,
 		q.core.IncrementFailureCount, q.core.CancelByOwner, q.claimSelect)
 	s.core = sqlstore.New(sqlstore.Dialect{

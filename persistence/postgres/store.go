@@ -20,6 +20,7 @@ import (
 type Store struct {
 	*core // the shared SQL core: Store, ClaimDue, the batch, inspection and handover calls
 	q     queries
+	openMark
 }
 
 type core = sqlstore.Store // embedded by this name: no exported field, no hidden Store method
@@ -64,7 +65,7 @@ func New(db *sql.DB, config Config) (*Store, error) {
 
 func newStore(db *sql.DB, ownsDB bool, config Config) *Store {
 	q := newQueries(config.Schema, config.Table)
-	return &Store{core: sqlstore.New(q.dialect(db, ownsDB)), q: q}
+	return &Store{core: sqlstore.New(q.dialect(db, ownsDB)), openMark: opened(), q: q}
 }
 
 // DB returns the pool the store runs on, nil for a store Open or New did not make: the SQL

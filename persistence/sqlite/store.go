@@ -20,6 +20,7 @@ import (
 // may share the file: every claim is one atomic statement.
 type Store struct {
 	*core // the shared SQL core: Store, ClaimDue, the batch, inspection and handover calls
+	openMark
 	// writer makes every change to the table, from one goroutine that commits changes made at
 	// the same time together. Open gives its pool one connection, so that no two goroutines of
 	// this process ever wait for each other in SQLite's busy handler.
@@ -44,7 +45,7 @@ const maxIn = 512
 
 // newStore returns a store whose changes w makes and whose reads reader runs.
 func newStore(w *writer, reader *sql.DB, pools []*sql.DB, table string) *Store {
-	s := &Store{writer: w, reader: reader, pools: pools, table: table, q: newQueries(table), prep: w.prep}
+	s := &Store{openMark: opened(), writer: w, reader: reader, pools: pools, table: table, q: newQueries(table), prep: w.prep}
 	s.core = sqlstore.New(sqlstore.Dialect{
 		Name:    "sqlite",
 		DB:      reader,

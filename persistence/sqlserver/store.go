@@ -24,6 +24,7 @@ type Store struct {
 	*core // the shared SQL core: Store, ClaimDue, the batch, inspection and handover calls
 	db    *sql.DB
 	q     queries
+	openMark
 }
 
 type core = sqlstore.Store // embedded by this name: no exported field, no hidden Store method
@@ -71,7 +72,7 @@ func New(db *sql.DB, config Config) (*Store, error) {
 }
 
 func newStore(db *sql.DB, ownsDB bool, config Config) *Store {
-	s := &Store{db: db, q: newQueries(config.Schema, config.Table)}
+	s := &Store{openMark: opened(), db: db, q: newQueries(config.Schema, config.Table)}
 	d := s.dialect()
 	if ownsDB {
 		d.Close = db.Close
