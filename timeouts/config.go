@@ -54,10 +54,14 @@ const (
 	DefaultMaximumRecoveryFailuresPerSecond                        = 1
 )
 
-// Config configures a Manager: the timeout manager of one endpoint.
+// Config configures a Manager: the timeout manager of one endpoint. NewManager and Validate
+// apply the defaults first, then refuse what each field's documentation says is refused, with an
+// error that wraps ErrInvalidConfig and names the field; a field that names no refusal takes any
+// value.
 type Config struct {
 	// Endpoint names the endpoint; its queues are Endpoint.Timeouts and
-	// Endpoint.TimeoutsDispatcher. Required.
+	// Endpoint.TimeoutsDispatcher. Required. Refused: empty, longer than 200 bytes, with white
+	// space or a control character, or starting or ending with a dot (wire.ErrInvalidName).
 	Endpoint string
 	// Store keeps the timeouts. Required. If it implements persistence.Installer, its
 	// SetupInfrastructure runs when the router starts the manager, before the satellites handle
@@ -66,24 +70,34 @@ type Config struct {
 	// error-queue copy are both refused for the message's sake (one larger than the broker takes)
 	// is parked with the reason, to be replayed (Manager.Unpark) or cancelled by an operator; with
 	// a store that does not, it is retried at the dispatch breaker's pace until
-	// TimeToTriggerDispatchCircuitBreaker raises a critical error.
+	// TimeToTriggerDispatchCircuitBreaker raises a critical error. Refused: nil, a nil pointer,
+	// and a store of this module that its package's Open or New did not make (a zero-value
+	// &sqlite.Store{}). A store of your own is refused only when nil or a nil pointer: NewManager
+	// cannot tell whether it was set up, so its own calls must fail on a value it never set up.
 	Store persistence.Store
 	// Publisher sends due messages to their destinations, ids to the dispatcher queue and
-	// failures to the error queue. Required.
+	// failures to the error queue. Required. Refused: nil, a nil pointer, and (by NewManager)
+	// Watermill's GoChannel created without gochannel.Config{BlockPublishUntilSubscriberAck: true}:
+	// without it, its Publish returns before any subscriber has the message, and a message it
+	// drops as it closes would count as delivered and its timeout be removed.
 	Publisher message.Publisher
 	// Subscriber consumes the Timeouts and TimeoutsDispatcher queues. Required. On a broker that
 	// fans out (Watermill's GoChannel, AMQP with a fanout topology) every instance sees every
-	// message; use queue semantics so each message reaches one instance.
+	// message; use queue semantics so each message reaches one instance. Refused: nil and a nil
+	// pointer.
 	Subscriber message.Subscriber
 
-	// ErrorQueue receives messages that can never be handled. Defaults to "error".
+	// ErrorQueue receives messages that can never be handled. Defaults to "error". Refused: a
+	// name Endpoint's rules refuse.
 	ErrorQueue string
 	// PollInterval is the longest the poller sleeps between looks at the store; it also wakes at
-	// the next due time and when an earlier timeout is stored. Defaults to 1 minute.
+	// the next due time and when an earlier timeout is stored. Defaults to 1 minute; negative is
+	// refused.
 	PollInterval time.Duration
 	// ClaimBatchSize is how many due ids one claim takes. Defaults to 500, or to 1000 when
 	// Publisher is Watermill's in-process GoChannel (see AnnouncementIDs): one claim is then one
-	// message, whose ids the dispatch satellite handles in batches side by side.
+	// message, whose ids the dispatch satellite handles in batches side by side. Negative is
+	// refused.
 	ClaimBatchSize int
 	// AnnouncementIDs is how many due ids one message on the dispatcher queue carries at most: a
 	// claim is announced in a few messages, and the dispatch satellite handles each as a batch.
@@ -92,44 +106,48 @@ type Config struct {
 	// batches side by side rather than one message after another. Set it to 1 while instances of a timeoutmill release that
 	// reads only one id per message still consume the dispatcher queue (a rolling upgrade, see
 	// docs/wire.md): such an instance sends a many-id message to the error queue, and its
-	// timeouts are delivered a ClaimLease late by another instance, never lost.
+	// timeouts are delivered a ClaimLease late by another instance, never lost. Refused: negative,
+	// and above 1000.
 	AnnouncementIDs int
 	// ClaimLease is how long a claimed id stays hidden from other pollers. An id whose dispatcher
 	// message was lost, or whose poller was killed before announcing it, is claimed again when its
 	// lease runs out. An id still being announced or dispatched then is announced again (a
-	// duplicate, never a loss), so keep it longer than that takes. Defaults to 1 minute.
+	// duplicate, never a loss), so keep it longer than that takes. Defaults to 1 minute; negative
+	// is refused.
 	ClaimLease time.Duration
 	// NumberOfRetries is how many times forwarding a due message is retried after a failed
 	// first attempt before it goes to the error queue. Defaults to 0: one attempt. A forward that
 	// fails because the connection to the broker or database failed (closed, lost, being made
 	// again) is not an attempt: it is retried at the dispatch breaker's pace once the connection
-	// is back, however often.
+	// is back, however often. Negative is refused.
 	NumberOfRetries int
 
 	// TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages is how long the store may fail to
 	// be polled before a critical error is raised. Defaults to 2 minutes. The wait starts at the
 	// first failed poll (an idle poller looks at least every PollInterval) and the error comes on
-	// time, not at the next poll after it.
+	// time, not at the next poll after it. Negative is refused.
 	TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages time.Duration
 	// TimeToTriggerFetchCircuitBreaker is the MSMQ transport's name for
 	// TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages, kept so that configuration written
-	// for it works. Setting both to different values is an error.
+	// for it works. Refused: negative, and a value other than
+	// TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages when both are set.
 	//
 	// Deprecated: set TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages.
 	TimeToTriggerFetchCircuitBreaker time.Duration
 	// TimeToTriggerStoreCircuitBreaker is how long storing delayed messages may fail before a
-	// critical error is raised. Defaults to 30 seconds.
+	// critical error is raised. Defaults to 30 seconds; negative is refused.
 	TimeToTriggerStoreCircuitBreaker time.Duration
 	// TimeToTriggerDispatchCircuitBreaker is how long dispatching due messages may fail before a
-	// critical error is raised. Defaults to 30 seconds.
+	// critical error is raised. Defaults to 30 seconds; negative is refused.
 	TimeToTriggerDispatchCircuitBreaker time.Duration
 	// MaximumRecoveryFailuresPerSecond is how often, averaged over 30 seconds, recording a failed
 	// forwarding attempt may itself fail (the store's IncrementFailureCount). Faster than that, a
 	// critical error is raised ("Failed to execute error handling for delayed message
 	// forwarding"); the message meanwhile is kept, neither lost nor moved to the error queue.
-	// Defaults to 1.
+	// Defaults to 1; negative is refused.
 	MaximumRecoveryFailuresPerSecond int
-	// RetryDelay is how long a failing stage waits before it tries again. Defaults to 1 second.
+	// RetryDelay is how long a failing stage waits before it tries again. Defaults to 1 second;
+	// negative is refused.
 	RetryDelay time.Duration
 	// CallTimeout bounds each call the manager makes to its store or its broker: a claim, a
 	// store, a lookup, a publish awaiting the broker's confirmation, an announcement, the
@@ -150,7 +168,9 @@ type Config struct {
 	OnCriticalError func(ctx context.Context, err *CriticalError)
 	// MetricsRegisterer, when set, receives the manager's Prometheus metrics (timeoutmill_*,
 	// labelled with the endpoint): stored, dispatched, early, pending, failures by stage, breaker
-	// state and a histogram of dispatch lateness. Defaults to none.
+	// state and a histogram of dispatch lateness. Defaults to none. When the registerer refuses a
+	// metric (one of the same name and Endpoint is registered on it already, by another Manager),
+	// NewManager returns its error.
 	MetricsRegisterer prometheus.Registerer
 	// TracerProvider, when set, receives OpenTelemetry spans: one for each timeout stored and
 	// one for each delivered, linked to the trace of the message that scheduled it. Delayed
@@ -174,7 +194,8 @@ type Config struct {
 	// (persistence.ErrInstanceInUse, see Manager.Err): it handles and releases nothing, and
 	// closes its router. With a Store that does not implement persistence.Claimer the name changes
 	// nothing: ids claimed by a crashed run wait for their lease (ClaimLease), as they do with no
-	// name. Defaults to empty: no name, claims wait for their lease.
+	// name. Defaults to empty: no name, claims wait for their lease. Refused: longer than
+	// persistence.MaxIDLength bytes, invalid UTF-8, only white space, or with a control character.
 	Instance string
 }
 

@@ -35,7 +35,8 @@ func TestManagersOnOneStoreSideBySideDoNotRace(t *testing.T) {
 	const n = 300
 	var scheduling sync.WaitGroup
 	scheduled := make(chan struct{}) // closed when the n timeouts are stored
-	scheduling.Go(func() { // the first manager writes the store all along: stores, claims, deletes
+	// The first manager writes the store all along: stores, claims, deletes.
+	scheduling.Go(func() {
 		defer close(scheduled)
 		for i := range n {
 			msg := message.NewMessage(watermill.NewUUID(), []byte("reminder"))
