@@ -5,7 +5,7 @@ SERVICES    := scripts/services.sh
 BENCH       ?= full
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-short lint up down bench screenshot
+.PHONY: help run test test-short lint up down bench screenshot api-check api-baseline
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -19,11 +19,18 @@ test: ## Every test, with -race, against real RabbitMQ, PostgreSQL, MariaDB, Red
 test-short: ## Unit tests only, no servers (tests needing one say they were skipped)
 	$(GO) test -short -race -count=1 ./...
 
-lint: ## gofmt, go vet and staticcheck
+lint: ## gofmt, go vet, staticcheck and the API check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	GO=$(GO) scripts/apicheck.sh
+
+api-check: ## Compare the public API with api/ (apidiff); a break must be named in CHANGELOG.md [Unreleased]
+	GO=$(GO) scripts/apicheck.sh
+
+api-baseline: ## Record the tree's public API as the baseline in api/ (after api-check passes)
+	GO=$(GO) scripts/apicheck.sh baseline
 
 up: ## Install and start the test servers on loopback (idempotent)
 	$(SERVICES) up
