@@ -9,6 +9,16 @@
 // by POST only, so a page on another site cannot act in the user's name (no cookie is involved).
 // Without a token, or with ReadOnly, the actions are refused. docs/dashboard.md describes the
 // JSON API and its error bodies.
+//
+// # Stability
+//
+// The Go API (New, Config) is stable, and so is the JSON API under api/: its paths, parameters and
+// field names. Fields may be added in any minor version; none is renamed or removed without a
+// Breaking entry. While timeoutmill is at v0, an incompatible change to it is made only with an
+// entry marked Breaking in CHANGELOG.md that says how to migrate; from v1 on, only in a new major
+// version. CI compares the exported API with the baseline in api/ and fails on an incompatible
+// change that the CHANGELOG does not name (docs/releasing.md). The HTML pages, their URLs and their
+// looks are for people and may change in any release.
 package dashboard
 
 import (

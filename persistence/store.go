@@ -5,6 +5,19 @@
 //
 // Users pick a backend and hand it to timeouts.Config; only backend authors need more of this
 // package than that.
+//
+// # Stability
+//
+// This package's API is stable for both of its sides, the callers and the store authors: the Store
+// interface, its optional interfaces, Timeout, Stats and the errors. While timeoutmill is at v0, an
+// incompatible change to it is made only with an entry marked Breaking in CHANGELOG.md that says
+// how to migrate; from v1 on, only in a new major version. CI compares the exported API with the
+// baseline in api/ and fails on an incompatible change that the CHANGELOG does not name
+// (docs/releasing.md). A method added to an existing interface breaks stores written outside this
+// module, so a new capability comes as a new optional interface, which callers test for, and a
+// store without it keeps compiling and working. The conformance suite, persistence/storetest, may
+// gain subtests in any minor version (noted under Changed): a store that passed it may fail a new
+// one.
 package persistence
 
 import (

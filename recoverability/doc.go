@@ -105,4 +105,12 @@
 //
 // ErrorQueue is also what the timeout manager's satellites use for messages they can never
 // handle, and Failure carries their reasons.
+//
+// # Stability
+//
+// This package's API is stable, and so is the Shuttle configuration file it reads. While
+// timeoutmill is at v0, an incompatible change to it is made only with an entry marked Breaking in
+// CHANGELOG.md that says how to migrate; from v1 on, only in a new major version. CI compares the
+// exported API with the baseline in api/ and fails on an incompatible change that the CHANGELOG
+// does not name (docs/releasing.md).
 package recoverability

@@ -31,4 +31,14 @@
 // started finish, and what the stop cuts short (an announcement, a forward on a GoChannel that
 // closed under it) is not counted as a failed attempt and is left in the store, claimable at once
 // by the next start (see persistence.Releaser). A stopped manager raises no critical error.
+//
+// # Stability
+//
+// This package's API is stable, and so is the behaviour its documentation states: the defaults, and
+// what NewManager refuses (a new refusal is a Breaking change too). While timeoutmill is at v0, an
+// incompatible change to it is made only with an entry marked Breaking in CHANGELOG.md that says
+// how to migrate; from v1 on, only in a new major version. CI compares the exported API with the
+// baseline in api/ and fails on an incompatible change that the CHANGELOG does not name
+// (docs/releasing.md). The names and labels of the Prometheus metrics are kept in the same way; log
+// lines are not part of the promise.
 package timeouts

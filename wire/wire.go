@@ -20,6 +20,17 @@
 // Endpoint and instance names, which end up in queue names, are not empty, at most 200 bytes,
 // printable, without whitespace, and neither start nor end with a dot; others are
 // ErrInvalidName.
+//
+// # Stability
+//
+// The wire contract is stable: these names, the headers' meanings and the formats of their values,
+// for producers and tools in any language as for Go code. While timeoutmill is at v0, an
+// incompatible change to it is made only with an entry marked Breaking in CHANGELOG.md that says
+// how to migrate; from v1 on, only in a new major version. CI compares the exported API with the
+// baseline in api/ and fails on an incompatible change that the CHANGELOG does not name
+// (docs/releasing.md). A change to a header's meaning or format that breaks a producer or consumer
+// built on the older contract is such a Breaking change, and comes with a rolling-upgrade path
+// (docs/wire.md); new headers may be added in any minor version.
 package wire
 
 import (

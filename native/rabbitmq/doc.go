@@ -184,4 +184,13 @@
 //
 // Messages keep their id (the message UUID), body and headers, so receivers that deduplicate by
 // message id see any second copy as one.
+//
+// # Stability
+//
+// This package's API is stable, and so is the topology it declares on the broker, which NServiceBus
+// endpoints share. While timeoutmill is at v0, an incompatible change to it is made only with an
+// entry marked Breaking in CHANGELOG.md that says how to migrate; from v1 on, only in a new major
+// version. CI compares the exported API with the baseline in api/ and fails on an incompatible
+// change that the CHANGELOG does not name (docs/releasing.md). A change to the topology comes with
+// an upgrade path, as the destination bindings' did (above).
 package rabbitmq

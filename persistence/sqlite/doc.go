@@ -44,4 +44,13 @@
 // a caller's pool) is held in the store only, and a platform without flock cannot hold a name.
 // SetupInfrastructure (and Open) add both columns to a table an older version made; until then
 // CheckInfrastructure, and Open with MustExist, report it not set up.
+//
+// # Stability
+//
+// The store's API is stable. While timeoutmill is at v0, an incompatible change to it is made only
+// with an entry marked Breaking in CHANGELOG.md that says how to migrate; from v1 on, only in a new
+// major version. CI compares the exported API with the baseline in api/ and fails on an
+// incompatible change that the CHANGELOG does not name (docs/releasing.md). Its table layout is the
+// store's own: set-up brings a table an older version made up to date; read the timeouts through
+// persistence.Inspector or the timeoutmill command, not with SQL of your own.
 package sqlite

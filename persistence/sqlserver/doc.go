@@ -117,4 +117,13 @@
 // a table an older version made; until then CheckInfrastructure reports it not set up.
 //
 // Use New to run the store on a *sql.DB of your own opened with the "sqlserver" driver.
+//
+// # Stability
+//
+// The store's API is stable. While timeoutmill is at v0, an incompatible change to it is made only
+// with an entry marked Breaking in CHANGELOG.md that says how to migrate; from v1 on, only in a new
+// major version. CI compares the exported API with the baseline in api/ and fails on an
+// incompatible change that the CHANGELOG does not name (docs/releasing.md). Its table layout is the
+// store's own: set-up brings a table an older version made up to date; read the timeouts through
+// persistence.Inspector or the timeoutmill command, not with SQL of your own.
 package sqlserver

@@ -69,4 +69,11 @@
 // Publisher or Subscriber needs the broker to be reachable at that moment. The connections are
 // internal/amqpconn's rather than watermill-amqp's ConnectionWrapper, whose reconnection has a
 // data race (upstream, v3.1.0) that kept the reconnection tests out of the race detector.
+//
+// # Stability
+//
+// This package's API is stable. While timeoutmill is at v0, an incompatible change to it is made
+// only with an entry marked Breaking in CHANGELOG.md that says how to migrate; from v1 on, only in
+// a new major version. CI compares the exported API with the baseline in api/ and fails on an
+// incompatible change that the CHANGELOG does not name (docs/releasing.md).
 package amqptransport

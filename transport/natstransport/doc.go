@@ -62,4 +62,11 @@
 //
 // The connections reconnect by themselves for as long as they are open: while the server is
 // away a Publish fails (the dispatch satellite retries it), and subscriptions resume afterwards.
+//
+// # Stability
+//
+// This package's API is stable. While timeoutmill is at v0, an incompatible change to it is made
+// only with an entry marked Breaking in CHANGELOG.md that says how to migrate; from v1 on, only in
+// a new major version. CI compares the exported API with the baseline in api/ and fails on an
+// incompatible change that the CHANGELOG does not name (docs/releasing.md).
 package natstransport

@@ -59,4 +59,11 @@
 // Redis went away is tried again when it is back, not in a loop during the outage (where a
 // failed forward followed by a successful move to the error queue would send a good message
 // there). Close returns once every subscription's channel is closed.
+//
+// # Stability
+//
+// This package's API is stable. While timeoutmill is at v0, an incompatible change to it is made
+// only with an entry marked Breaking in CHANGELOG.md that says how to migrate; from v1 on, only in
+// a new major version. CI compares the exported API with the baseline in api/ and fails on an
+// incompatible change that the CHANGELOG does not name (docs/releasing.md).
 package redistransport

@@ -110,4 +110,12 @@
 // one connection per running consumer and no more, plus one per recoverability deferred queue it
 // consumes, which holds the lock that keeps the queue to one consumer. They are separate so that
 // consumers holding connections while handlers run can never leave a handler without one.
+//
+// # Stability
+//
+// This package's API is stable. While timeoutmill is at v0, an incompatible change to it is made
+// only with an entry marked Breaking in CHANGELOG.md that says how to migrate; from v1 on, only in
+// a new major version. CI compares the exported API with the baseline in api/ and fails on an
+// incompatible change that the CHANGELOG does not name (docs/releasing.md). The queue tables are
+// watermill-sql's and this package's own, not an API.
 package sqltransport
