@@ -1,6 +1,13 @@
 // Package memory is an in-memory persistence.Store: fast, for tests and for processes whose
 // timeouts need not survive a restart. Everything it holds is lost when the process ends; use
 // persistence/sqlite for the durable embedded default.
+//
+// # Stability
+//
+// The store's API is stable. While timeoutmill is at v0, an incompatible change to it is made only
+// with an entry marked Breaking in CHANGELOG.md that says how to migrate; from v1 on, only in a new
+// major version. CI compares the exported API with the baseline in api/ and fails on an
+// incompatible change that the CHANGELOG does not name (docs/releasing.md).
 package memory
 
 import (
