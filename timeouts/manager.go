@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -34,6 +35,8 @@ type Manager struct {
 	tracing      tracing
 	stop         *lifecycle
 	instance     *instance
+	failures     lastFailures // each breaker's last failure, for Health
+	setUp        atomic.Bool  // the store's infrastructure is set up, for Health
 
 	mu         sync.Mutex
 	router     *message.Router
@@ -72,7 +75,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 	newBreaker := func(name string, wait time.Duration, msg string) (*critical.CircuitBreaker, error) {
 		b, err := critical.NewCircuitBreaker(critical.BreakerConfig{
 			Name: name, TimeToWait: wait, Message: msg, RetryDelay: config.RetryDelay, CallTimeout: config.CallTimeout, OnTrip: m.raise,
-			OnFailure: func(error) { m.metrics.onFailure(name) },
+			OnFailure: func(err error) { m.metrics.onFailure(name); m.failures.note(name, err) },
 		})
 		if err == nil {
 			m.breakers = append(m.breakers, b)
@@ -295,7 +298,9 @@ func (m *Manager) startPoller(ctx context.Context, startsPoller bool) {
 	router := m.router
 	go func() {
 		defer close(m.done)
-		if (m.cfg.SkipInfrastructureSetup || m.setupInfrastructure(ctx)) && m.holdInstance(ctx) {
+		setUp := m.cfg.SkipInfrastructureSetup || m.setupInfrastructure(ctx)
+		m.setUp.Store(setUp)
+		if setUp && m.holdInstance(ctx) {
 			close(m.ready)
 			// Nothing is announced before every handler of the router has subscribed. On a
 			// GoChannel a destination without a subscriber yet drops what is forwarded to it,
