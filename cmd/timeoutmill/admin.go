@@ -26,7 +26,7 @@ type setupCmd struct {
 // Run creates the table and declares the queues.
 func (c *setupCmd) Run(e *env) error {
 	logger := newLogger(e)
-	store, err := c.openStore(e.ctx, 0, logger)
+	store, err := c.openStore(e.ctx, 0, logger, nil)
 	if err != nil {
 		return err
 	}

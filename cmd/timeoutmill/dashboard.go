@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -33,27 +35,42 @@ func dashboardAddr(addr string) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
-// serveDashboard serves the manager's dashboard until stop is called; it returns at once when
-// --http is not set.
-func (f httpFlags) serveDashboard(manager *timeouts.Manager, logger watermill.LoggerAdapter) (stop func(), err error) {
+// dashboardServer serves --http: /healthz and /readyz from the start, and the dashboard once
+// the manager is made (show); until then its pages answer 503.
+type dashboardServer struct {
+	flags     httpFlags
+	logger    watermill.LoggerAdapter
+	server    *http.Server
+	dashboard atomic.Pointer[http.Handler]
+}
+
+// serveHTTP listens on --http and serves until stop is called; it returns nil when --http is not
+// set (show and stop do nothing then).
+func (f httpFlags) serveHTTP(probes *probes, logger watermill.LoggerAdapter) (*dashboardServer, error) {
 	if f.HTTP == "" {
-		return func() {}, nil
+		return nil, nil
 	}
 	addr, err := dashboardAddr(f.HTTP)
 	if err != nil {
 		return nil, err
 	}
-	handler, err := dashboard.New(manager, dashboard.Config{Token: f.HTTPToken, ReadOnly: f.HTTPReadOnly, Logger: logger})
-	if err != nil {
-		return nil, fmt.Errorf("--http-token: %w", err)
-	}
 	listener, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--http: %w", err)
 	}
-	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	s := &dashboardServer{flags: f, logger: logger}
+	mux := http.NewServeMux()
+	probes.register(mux)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if h := s.dashboard.Load(); h != nil {
+			(*h).ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, "timeoutmill is starting: "+strings.Join(probes.notReady(), "; "), http.StatusServiceUnavailable)
+	})
+	s.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	go func() {
-		if err := server.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.server.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("Dashboard server stopped", err, nil)
 		}
 	}()
@@ -64,10 +81,30 @@ func (f httpFlags) serveDashboard(manager *timeouts.Manager, logger watermill.Lo
 	case f.HTTPToken == "":
 		actions = "off (no --http-token)"
 	}
-	logger.Info("Serving the dashboard", watermill.LogFields{"url": "http://" + listener.Addr().String() + "/", "actions": actions})
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = server.Shutdown(ctx)
-	}, nil
+	logger.Info("Serving the dashboard", watermill.LogFields{"url": "http://" + listener.Addr().String() + "/", "actions": actions,
+		"probes": "/healthz, /readyz"})
+	return s, nil
+}
+
+// show serves the manager's dashboard from now on.
+func (s *dashboardServer) show(manager *timeouts.Manager) error {
+	if s == nil {
+		return nil
+	}
+	handler, err := dashboard.New(manager, dashboard.Config{Token: s.flags.HTTPToken, ReadOnly: s.flags.HTTPReadOnly, Logger: s.logger})
+	if err != nil {
+		return fmt.Errorf("--http-token: %w", err)
+	}
+	s.dashboard.Store(&handler)
+	return nil
+}
+
+// stop shuts the server down, waiting up to 5 s for the requests in flight.
+func (s *dashboardServer) stop() {
+	if s == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.server.Shutdown(ctx)
 }

@@ -36,13 +36,18 @@ func (f storeFlags) validate() error {
 	return wireparse.ValidateName("--endpoint", f.Endpoint)
 }
 
-// openStore opens the store, retrying while the server is unreachable for up to wait (0: once).
-func (f storeFlags) openStore(ctx context.Context, wait time.Duration, logger watermill.LoggerAdapter) (persistence.Store, error) {
+// openStore opens the store, retrying while the server is unreachable for up to wait (0: once);
+// failed, if not nil, is told of each failed attempt.
+func (f storeFlags) openStore(ctx context.Context, wait time.Duration, logger watermill.LoggerAdapter, failed func(error)) (persistence.Store, error) {
 	if err := f.validate(); err != nil {
 		return nil, err
 	}
 	return retry(ctx, wait, logger, "store", func() (persistence.Store, error) {
-		return connect.OpenStore(ctx, f.Store, f.Endpoint)
+		store, err := connect.OpenStore(ctx, f.Store, f.Endpoint)
+		if err != nil && failed != nil {
+			failed(err)
+		}
+		return store, err
 	})
 }
 
@@ -80,11 +85,16 @@ func retry[T any](ctx context.Context, wait time.Duration, logger watermill.Logg
 	}
 }
 
-// newLogger returns the logger of a command: slog's text on stderr, at --log-level. Watermill's
-// Info and Debug lines show at info and debug, its Error lines at every level; it has no warning
-// level, so warn shows its Error lines and the command's own warnings (see warn).
+// newLogger returns the logger of a command: slog on stderr, as text or, with --log-format json,
+// one JSON object a line (slog's JSONHandler: time, level, msg and the fields), at --log-level.
+// Watermill's Info and Debug lines show at info and debug, its Error lines at every level; it has
+// no warning level, so warn shows its Error lines and the command's own warnings (see warn).
 func newLogger(e *env) watermill.LoggerAdapter {
-	return slogLogger(slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: logLevel(e.level)})))
+	opts := &slog.HandlerOptions{Level: logLevel(e.level)}
+	if e.format == "json" {
+		return slogLogger(slog.New(slog.NewJSONHandler(e.stderr, opts)))
+	}
+	return slogLogger(slog.New(slog.NewTextHandler(e.stderr, opts)))
 }
 
 // logLevel maps a --log-level onto slog's levels.

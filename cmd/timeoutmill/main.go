@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -31,8 +32,9 @@ import (
 
 // cli is the command line. Flags shared by commands are embedded structs.
 type cli struct {
-	LogLevel string           `help:"Log level: debug, info, warn or error." enum:"debug,info,warn,error" default:"info"`
-	Version  kong.VersionFlag `help:"Print the version (with the commit it was built from, when known) and exit."`
+	LogLevel  string           `help:"Log level: debug, info, warn or error." enum:"debug,info,warn,error" default:"info"`
+	LogFormat string           `help:"Log format on stderr: text (key=value pairs) or json (one JSON object a line, for log pipelines)." enum:"text,json" default:"text"`
+	Version   kong.VersionFlag `help:"Print the version (with the commit it was built from, when known) and exit."`
 
 	Run    runCmd    `cmd:"" help:"Run the store satellite, poller and dispatch satellite of an endpoint until SIGINT/SIGTERM or a critical error."`
 	Setup  setupCmd  `cmd:"" help:"Create the store's table and declare the endpoint's queues (idempotent)."`
@@ -52,7 +54,8 @@ type env struct {
 	ctx    context.Context
 	stdout io.Writer
 	stderr io.Writer
-	level  string
+	level  string // --log-level
+	format string // --log-format
 }
 
 func main() {
@@ -79,7 +82,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "timeoutmill:", err)
 		return 2
 	}
-	if err := kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr, level: c.LogLevel}); err != nil {
+	if err := kctx.Run(&env{ctx: ctx, stdout: stdout, stderr: stderr, level: c.LogLevel, format: c.LogFormat}); err != nil {
+		if c.LogFormat == "json" { // the last line too is one a log pipeline can read
+			slog.New(slog.NewJSONHandler(stderr, nil)).Error("timeoutmill: "+err.Error(), "exit_code", 1)
+			return 1
+		}
 		fmt.Fprintln(stderr, "timeoutmill:", err)
 		return 1
 	}

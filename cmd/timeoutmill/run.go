@@ -45,6 +45,9 @@ func (c *runCmd) Run(e *env) error {
 		c.Instance = defaultInstance()
 	}
 	logger := newLogger(e).With(watermill.LogFields{"endpoint": c.Endpoint, "instance": c.Instance})
+	if err := c.validate(); err != nil {
+		return err // before listening or connecting
+	}
 	if err := checkClaimLease(c.ClaimLease, logger); err != nil {
 		return err // before connecting to anything
 	}
@@ -59,15 +62,39 @@ func (c *runCmd) Run(e *env) error {
 		}
 	}
 
-	store, err := c.openStore(e.ctx, c.OutageWait, logger)
+	// The probes and the metrics answer from the start, while the store and the broker are
+	// waited for: a liveness probe must not restart a process that waits as told.
+	probes := newProbes(c.Endpoint, c.Instance, c.Store, c.Transport)
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if c.MetricsAddr != "" {
+		stop, err := serveMetrics(c.MetricsAddr, registry, probes, logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	site, err := c.serveHTTP(probes, logger)
+	if err != nil {
+		return err
+	}
+	defer site.stop()
+
+	probes.waiting("store not open", nil)
+	store, err := c.openStore(e.ctx, c.OutageWait, logger, func(err error) { probes.waiting("store not open", err) })
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	probes.waiting("transport not open", nil)
 	transport, err := retry(e.ctx, c.OutageWait, logger, "transport", func() (*connect.Transport, error) {
 		opts := c.transportOptions()
 		opts.Heartbeat = heartbeatFor(c.OutageWait)
-		return connect.OpenTransportWith(e.ctx, c.Transport, opts, logger)
+		t, err := connect.OpenTransportWith(e.ctx, c.Transport, opts, logger)
+		if err != nil {
+			probes.waiting("transport not open", err)
+		}
+		return t, err
 	})
 	if err != nil {
 		return err
@@ -81,16 +108,19 @@ func (c *runCmd) Run(e *env) error {
 
 	var forwarder timeouts.Forwarder
 	if c.ExactlyOnce {
+		probes.waiting("exactly-once forwarder not open", nil)
 		forwarder, err = retry(e.ctx, c.OutageWait, logger, "database", func() (timeouts.Forwarder, error) {
-			return connect.ExactlyOnceForwarder(e.ctx, transport, store, logger)
+			f, err := connect.ExactlyOnceForwarder(e.ctx, transport, store, logger)
+			if err != nil {
+				probes.waiting("exactly-once forwarder not open", err)
+			}
+			return f, err
 		})
 		if err != nil {
 			return err
 		}
 	}
 
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	tp, shutdownTracing, err := tracerProvider(e.ctx, os.Getenv, logger)
 	if err != nil {
 		return err
@@ -115,18 +145,10 @@ func (c *runCmd) Run(e *env) error {
 	if err := manager.AddToRouter(router); err != nil {
 		return err
 	}
-	if c.MetricsAddr != "" {
-		stop, err := serveMetrics(c.MetricsAddr, registry, logger)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
-	stopDashboard, err := c.serveDashboard(manager, logger)
-	if err != nil {
+	probes.follow(manager)
+	if err := site.show(manager); err != nil {
 		return err
 	}
-	defer stopDashboard()
 
 	logger.Info("Running", watermill.LogFields{"store": connect.Redact(c.Store), "transport": connect.Redact(c.Transport),
 		"exactly_once": c.ExactlyOnce, "claim_lease": c.ClaimLease})
@@ -224,21 +246,23 @@ func checkClaimLease(lease time.Duration, logger watermill.LoggerAdapter) error 
 	return nil
 }
 
-// serveMetrics serves registry at addr/metrics until stop is called.
-func serveMetrics(addr string, registry *prometheus.Registry, logger watermill.LoggerAdapter) (stop func(), err error) {
+// serveMetrics serves registry at addr/metrics, and the probes at /healthz and /readyz, until
+// stop is called.
+func serveMetrics(addr string, registry *prometheus.Registry, probes *probes, logger watermill.LoggerAdapter) (stop func(), err error) {
 	listener, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry}))
+	probes.register(mux)
 	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := server.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("Metrics server stopped", err, nil)
 		}
 	}()
-	logger.Info("Serving metrics", watermill.LogFields{"url": "http://" + listener.Addr().String() + "/metrics"})
+	logger.Info("Serving metrics", watermill.LogFields{"url": "http://" + listener.Addr().String() + "/metrics", "probes": "/healthz, /readyz"})
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
