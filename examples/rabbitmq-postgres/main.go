@@ -17,12 +17,14 @@ import (
 	"io"
 	"log"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/postgres"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
@@ -38,7 +40,7 @@ func main() {
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := run(ctx, os.Stdout, *amqpURL, *pgDSN, *schema); err != nil {
+	if err := run(ctx, os.Stdout, *amqpURL, *pgDSN, *schema, 1); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -53,7 +55,9 @@ func newTopics() topics {
 	return topics{endpoint: e, placed: e + ".orders.placed", paid: e + ".payments.received", timedOut: e + ".payments.timed-out"}
 }
 
-func run(ctx context.Context, out io.Writer, amqpURL, pgDSN, schema string) error {
+// run places two orders and pays one. sends is how many times each message is published: 2
+// stands for a broker that delivers a message twice, as at-least-once delivery may.
+func run(ctx context.Context, out io.Writer, amqpURL, pgDSN, schema string, sends int) error {
 	logger := watermill.NopLogger{}
 	t := newTopics()
 	pub, sub, err := amqptransport.New(amqptransport.Config{URL: amqpURL}, logger)
@@ -87,16 +91,28 @@ func run(ctx context.Context, out io.Writer, amqpURL, pgDSN, schema string) erro
 		defer mu.Unlock()
 		fmt.Fprintf(out, format+"\n", args...)
 	}
-	outcomes := make(chan string, 2)
+	// Delivery is at least once: any of these messages may come twice. The outcomes are counted
+	// by order, not by delivery, and a second delivery is said to be one.
+	outcomes := newOutcomes()
 
-	// An order was placed: give it paymentWindow to be paid.
+	// An order was placed: give it paymentWindow to be paid. The key keeps one payment timeout per
+	// order however often the order's message comes: a second one is dropped.
 	router.AddConsumerHandler("order-placed", t.placed, sub, func(msg *message.Message) error {
 		order := string(msg.Payload)
 		timeout := message.NewMessage(watermill.NewUUID(), []byte(order))
 		timeouts.DeliverAfter(timeout, paymentWindow)
 		timeouts.WithOwner(timeout, order)
+		timeouts.WithKey(timeout, order+"/payment", persistence.KeyKeep)
+		scheduled, err := manager.Schedule(msg.Context(), t.timedOut, timeout)
+		if err != nil {
+			return err
+		}
+		if scheduled.Outcome == persistence.Duplicate {
+			say("order %s placed again (at least once): its payment timeout stands", order)
+			return nil
+		}
 		say("order %s placed: payment due within %s", order, paymentWindow)
-		return manager.Publisher().Publish(t.timedOut, timeout)
+		return nil
 	})
 	// A payment arrived: call off the order's timeout.
 	router.AddConsumerHandler("payment-received", t.paid, sub, func(msg *message.Message) error {
@@ -105,14 +121,21 @@ func run(ctx context.Context, out io.Writer, amqpURL, pgDSN, schema string) erro
 		if err != nil {
 			return err
 		}
+		if !outcomes.record(order, "paid") {
+			say("order %s paid again (at least once): %d payment timeout cancelled", order, n)
+			return nil
+		}
 		say("order %s paid: %d payment timeout cancelled", order, n)
-		outcomes <- order + " paid"
 		return nil
 	})
 	// The timeout fired: the order was not paid in time.
 	router.AddConsumerHandler("payment-timed-out", t.timedOut, sub, func(msg *message.Message) error {
-		say("order %s not paid in time: cancelling the order", msg.Payload)
-		outcomes <- string(msg.Payload) + " timed out"
+		order := string(msg.Payload)
+		if !outcomes.record(order, "timed out") {
+			say("order %s not paid in time, again (at least once)", order)
+			return nil
+		}
+		say("order %s not paid in time: cancelling the order", order)
 		return nil
 	})
 
@@ -129,7 +152,7 @@ func run(ctx context.Context, out io.Writer, amqpURL, pgDSN, schema string) erro
 	}
 
 	for _, order := range []string{"A-1", "B-2"} {
-		if err := pub.Publish(t.placed, message.NewMessage(watermill.NewUUID(), []byte(order))); err != nil {
+		if err := publish(pub, t.placed, message.NewMessage(watermill.NewUUID(), []byte(order)), sends); err != nil {
 			return err
 		}
 	}
@@ -148,24 +171,89 @@ func run(ctx context.Context, out io.Writer, amqpURL, pgDSN, schema string) erro
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	if err := pub.Publish(t.paid, message.NewMessage(watermill.NewUUID(), []byte("A-1"))); err != nil {
+	if err := publish(pub, t.paid, message.NewMessage(watermill.NewUUID(), []byte("A-1")), sends); err != nil {
 		return err
 	}
 
-	for range 2 {
-		select {
-		case o := <-outcomes:
-			_ = o
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the orders' outcomes: %w", ctx.Err())
-		}
+	if err := outcomes.await(ctx, "A-1", "B-2"); err != nil {
+		return err
 	}
 	time.Sleep(paymentWindow) // had A-1's timeout not been cancelled, it would fire now
-	select {
-	case o := <-outcomes:
-		return fmt.Errorf("unexpected outcome %q", o)
-	default:
+	if err := outcomes.check(map[string]string{"A-1": "paid", "B-2": "timed out"}); err != nil {
+		return err
 	}
 	say("done")
+	return nil
+}
+
+// publish publishes msg sends times, the same message each time.
+func publish(pub message.Publisher, topic string, msg *message.Message, sends int) error {
+	for range sends {
+		if err := pub.Publish(topic, msg.Copy()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// outcomes records what became of each order: one outcome per order, however many deliveries.
+type outcomes struct {
+	mu      sync.Mutex
+	byOrder map[string]string
+	others  []string      // a second, different outcome of an order: never expected
+	changed chan struct{} // an order's first outcome
+}
+
+func newOutcomes() *outcomes {
+	return &outcomes{byOrder: map[string]string{}, changed: make(chan struct{}, 1)}
+}
+
+// record notes an order's outcome and reports whether it is the order's first.
+func (o *outcomes) record(order, outcome string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if first, ok := o.byOrder[order]; ok {
+		if first != outcome {
+			o.others = append(o.others, order+" "+outcome+" after "+first)
+		}
+		return false
+	}
+	o.byOrder[order] = outcome
+	select {
+	case o.changed <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// await returns once every order has an outcome.
+func (o *outcomes) await(ctx context.Context, orders ...string) error {
+	for {
+		o.mu.Lock()
+		missing := slices.DeleteFunc(slices.Clone(orders), func(order string) bool { _, ok := o.byOrder[order]; return ok })
+		o.mu.Unlock()
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-o.changed:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the outcome of orders %v: %w", missing, ctx.Err())
+		}
+	}
+}
+
+// check returns an error unless every order ended as want says, and only so.
+func (o *outcomes) check(want map[string]string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.others) > 0 {
+		return fmt.Errorf("unexpected outcomes: %v", o.others)
+	}
+	for order, outcome := range want {
+		if o.byOrder[order] != outcome {
+			return fmt.Errorf("order %s: %q, want %q", order, o.byOrder[order], outcome)
+		}
+	}
 	return nil
 }
