@@ -61,7 +61,8 @@ func run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	p := &printer{out: out, start: time.Now()}
-	charged := make(chan struct{})
+	// Each message's outcome is noted once, however many deliveries reach it.
+	charged, chargedOnce := make(chan struct{}), sync.Once{}
 	failed := make(chan struct{})
 
 	// charge fails on its first two attempts: a provider that comes back after a while.
@@ -76,7 +77,7 @@ func run(ctx context.Context, out io.Writer) error {
 			return errors.New("payment provider unavailable")
 		}
 		p.printf("charge  %s attempt %d%s: charged", msg.Payload, chargeAttempts, retryNote(msg))
-		close(charged)
+		chargedOnce.Do(func() { close(charged) })
 		return nil
 	})
 	if err != nil {
