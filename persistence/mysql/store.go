@@ -56,6 +56,10 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 	if dsn.DBName == "" {
 		return nil, errors.New("mysql: invalid config: DSN must name a database (user:password@tcp(host:port)/database)")
 	}
+	// A dialer of the store's own with TCP keepalive (see sqlpool.MySQLDialer).
+	if err := sqlpool.MySQLDialer(dsn); err != nil {
+		return nil, fmt.Errorf("mysql: invalid config: DSN: %w", err)
+	}
 	connector, err := gomysql.NewConnector(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: open: %w", err)

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"slices"
 
-	// The pgx database/sql driver, registered as "pgx".
-	_ "github.com/jackc/pgx/v5/stdlib"
+	// pgx's database/sql driver (which also registers it as "pgx", for New's callers).
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/timeoutmill/timeoutmill/internal/sqlpool"
 	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
@@ -37,10 +37,12 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 	if config.DSN == "" {
 		return nil, errors.New("postgres: invalid config: DSN must be set for Open")
 	}
-	db, err := sql.Open("pgx", config.DSN)
+	// Connections with TCP keepalive, and a connect timeout per host (see sqlpool.PostgresConfig).
+	connConfig, err := sqlpool.PostgresConfig(config.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: open: %w", err)
+		return nil, fmt.Errorf("postgres: invalid config: DSN: %w", err)
 	}
+	db := stdlib.OpenDB(*connConfig)
 	db.SetMaxOpenConns(config.MaxOpenConns)
 	db.SetMaxIdleConns(config.MaxOpenConns)
 	if err := sqlpool.Warm(ctx, db, config.MaxOpenConns); err != nil {
