@@ -222,16 +222,26 @@ type SessionLock struct {
 	Unlock func(ctx context.Context, conn *sql.Conn) error
 }
 
-// KeepAliveInterval is how often a held session is pinged, so that no idle timeout of the server
-// (MariaDB's wait_timeout) or of the network ends it, and how often a lost hold is taken again.
-const KeepAliveInterval = 30 * time.Second
+// HoldCheckInterval is how often a held session is pinged: so that no idle timeout of the server
+// (MariaDB's wait_timeout) or of the network ends it, and so that a hold lost with its session (a
+// failover to a standby, a restarted server, a dead connection) is noticed and taken again within
+// seconds, leaving another process little time to take the name meanwhile.
+const HoldCheckInterval = 5 * time.Second
+
+// HoldRetakeInterval is how often a lost hold is tried again while the server cannot be reached
+// (a failover not yet complete).
+const HoldRetakeInterval = time.Second
+
+// holdCallTimeout bounds one ping, take or unlock of a hold.
+const holdCallTimeout = 10 * time.Second
 
 // HoldOnConn holds lock on a connection of db's of its own until release is called, which unlocks
 // it and closes the connection (it does not go back to the pool). A goroutine pings the
-// connection every KeepAliveInterval; when the connection is found dead, the server has ended its
-// session and the lock with it, and the goroutine takes the lock again on a new connection at
-// each ping until it has it. Meanwhile another process may take the name: see
-// persistence.Claimer.
+// connection every HoldCheckInterval; when the connection is found dead, the server has ended its
+// session and the lock with it (after a failover the new primary never had it), and the goroutine
+// takes the lock again on a new connection, which db opens wherever its DSN now leads, every
+// HoldRetakeInterval while the server cannot be reached and every HoldCheckInterval while another
+// session has the lock. Meanwhile another process may take the name: see persistence.Claimer.
 func HoldOnConn(ctx context.Context, db *sql.DB, lock SessionLock) (release func() error, held bool, err error) {
 	conn, err := take(ctx, db, lock)
 	if err != nil || conn == nil {
@@ -274,24 +284,36 @@ type connHold struct {
 
 func (h *connHold) keepAlive() {
 	defer close(h.stopped)
-	tick := time.NewTicker(KeepAliveInterval)
-	defer tick.Stop()
+	wait := time.NewTimer(HoldCheckInterval)
+	defer wait.Stop()
 	for {
 		select {
 		case <-h.stop:
 			return
-		case <-tick.C:
+		case <-wait.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), KeepAliveInterval/2)
-		if h.conn != nil && h.conn.PingContext(ctx) != nil {
-			_ = discard(h.conn)
-			h.conn = nil
-		}
-		if h.conn == nil {
-			h.conn, _ = take(ctx, h.db, h.lock) // nil again while the name is taken or the server away
-		}
-		cancel()
+		wait.Reset(h.check())
 	}
+}
+
+// check pings the held session, takes the lock again when the session is gone, and returns how
+// long to wait before the next check.
+func (h *connHold) check() time.Duration {
+	ctx, cancel := context.WithTimeout(context.Background(), holdCallTimeout)
+	defer cancel()
+	if h.conn != nil && h.conn.PingContext(ctx) != nil {
+		_ = discard(h.conn)
+		h.conn = nil
+	}
+	if h.conn != nil {
+		return HoldCheckInterval
+	}
+	conn, err := take(ctx, h.db, h.lock)
+	h.conn = conn
+	if conn == nil && err != nil {
+		return HoldRetakeInterval // the server away: soon again
+	}
+	return HoldCheckInterval // held again, or the name taken meanwhile
 }
 
 func (h *connHold) release() error {
@@ -300,7 +322,7 @@ func (h *connHold) release() error {
 	if h.conn == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), KeepAliveInterval/2)
+	ctx, cancel := context.WithTimeout(context.Background(), holdCallTimeout)
 	defer cancel()
 	// Unlocked first, so that the name is free when release returns rather than when the server
 	// notices the connection closed.

@@ -64,11 +64,17 @@
 // NULL); the column has no index, so ReleaseClaimsOf, run once at a manager's start, reads the
 // whole table. HoldInstance holds the name with GET_LOCK(name, 0) on a connection of its own;
 // lock names are server-wide and at most 64 characters, so the name is the SHA-256 (hex) of the
-// database, the table and the instance. The connection is pinged every 30 seconds, so that
-// wait_timeout never ends it; release unlocks and closes it, and Close releases every hold. If
-// the connection dies, the server ends the session and the lock with it: the store takes the
-// lock again at the next ping it can, and meanwhile another process could take the name and
-// release this one's claims, which only makes them claimable again (a possible duplicate, never
-// a loss). SetupInfrastructure adds both columns, nullable, to a table an older version made;
+// database, the table and the instance. The connection is pinged every 5 seconds, so that
+// wait_timeout never ends it and a lost hold is taken again soon; release unlocks and closes it,
+// and Close releases every hold. If the connection dies, the server ends the session and the
+// lock with it: the store takes the lock again at the next ping it can, and meanwhile another
+// process could take the name and release this one's claims, which only makes them claimable
+// again (a possible duplicate, never a loss). SetupInfrastructure adds both columns, nullable, to a table an older version made;
 // until it has, CheckInfrastructure reports the table as not set up.
+//
+// Open dials with a dialer of the store's own (no dial function registered with the driver):
+// TCP keepalive and TCP_USER_TIMEOUT end a connection to a server that vanished without closing
+// it within about 15 seconds. The DSN may tune them with libpq's setting names, keepalives,
+// keepalives_idle, keepalives_interval, keepalives_count and tcp_user_timeout, which Open takes
+// out of the DSN's parameters rather than send them to the server.
 package mysql

@@ -52,10 +52,19 @@
 // NULL); the column has no index, so ReleaseClaimsOf, run once at a manager's start, reads the
 // whole table. HoldInstance holds the name with a session advisory lock (pg_try_advisory_lock on
 // 64 bits of a hash of the table and the name) on a connection of its own, which it pings every
-// 30 seconds; release unlocks and closes that connection, and Close releases every hold. If the
-// connection dies, the server ends the session and the lock with it: the store takes the lock
-// again at the next ping it can, and meanwhile another process could take the name and release
-// this one's claims, which only makes them claimable again (a possible duplicate, never a loss).
+// 5 seconds; release unlocks and closes that connection, and Close releases every hold. It never
+// takes the lock on a standby. If the connection dies (or the server fails over to a standby,
+// which never had the lock), the session and its lock are gone: the store takes the lock again,
+// on the server the DSN then leads to, within seconds of reaching it, and meanwhile another
+// process could take the name and release this one's claims, which only makes them claimable
+// again (a possible duplicate, never a loss).
+//
+// Open gives the pool's connections TCP keepalive and TCP_USER_TIMEOUT, so that a connection to
+// a server that vanished without closing it ends within about 15 seconds, and a connect_timeout
+// of 10 seconds per host unless the DSN sets one. The DSN may tune them with libpq's settings
+// keepalives, keepalives_idle, keepalives_interval, keepalives_count and tcp_user_timeout. A DSN
+// may list several hosts (postgres://user@host1:5432,host2:5432/db?target_session_attrs=read-write):
+// each connection goes to the first that answers as a primary.
 // SetupInfrastructure adds both columns, nullable, to a table an older version made (no rewrite);
 // until it has, CheckInfrastructure reports the table as not set up.
 //

@@ -153,9 +153,18 @@ func (q queries) dialect(db *sql.DB, ownsDB bool) sqlstore.Dialect {
 	d.Hold = func(ctx context.Context, instance string) (func() error, bool, error) {
 		key := q.instanceLock(instance)
 		return sqlstore.HoldOnConn(ctx, db, sqlstore.SessionLock{
-			Try: func(ctx context.Context, conn *sql.Conn) (held bool, err error) {
-				err = conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&held)
-				return held, err
+			// Never on a standby, where advisory locks work too but are the standby's own: a
+			// DSN that lists a primary and its standby without target_session_attrs=read-write
+			// may connect to either.
+			Try: func(ctx context.Context, conn *sql.Conn) (bool, error) {
+				var held sql.NullBool
+				err := conn.QueryRowContext(ctx,
+					`SELECT CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_try_advisory_lock($1) END`, key).Scan(&held)
+				if err == nil && !held.Valid {
+					err = errors.New("the server is a standby (in recovery): an instance name is held on the primary " +
+						"(list the hosts with target_session_attrs=read-write)")
+				}
+				return held.Bool, err
 			},
 			Unlock: func(ctx context.Context, conn *sql.Conn) error {
 				_, err := conn.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, key)
