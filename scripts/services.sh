@@ -11,6 +11,7 @@
 #   scripts/services.sh env                                                           print the env file for tests
 #
 #   scripts/services.sh cluster up|down|status [1|2|3 ...]          a 3-node RabbitMQ cluster (below)
+#   scripts/services.sh pg-replica up|down|status|promote [sync|async]   a PostgreSQL primary and standby (below)
 #
 # No name means all six. `up` is idempotent: a server that already answers is left alone (a second
 # start would break a running RabbitMQ or MariaDB, see shared/design/SERVICES.md).
@@ -28,6 +29,12 @@
 # `cluster up` starts the nodes (all, or those named by number) and joins nodes 2 and 3 to node 1
 # once; a node stopped with `cluster down N` rejoins by itself when started again. The nodes share
 # one Erlang cookie, written into each node's HOME. `make test` does not start it: the test does.
+#
+# `pg-replica` runs a PostgreSQL primary on TIMEOUTMILL_PG_REPLICA_PORT (5452) and a streaming standby
+# on that + 1, in $TIMEOUTMILL_SERVICES_DIR/pg-replica, for failover drills. `up` builds the pair
+# (again, when its standby was promoted) and sets the mode: sync (the default; a commit returns once
+# the standby has it) or async. `promote` promotes the standby (pg_ctl promote), the failover.
+# `status` prints the multi-host DSN with target_session_attrs=read-write.
 set -euo pipefail
 
 STATE=${TIMEOUTMILL_SERVICES_DIR:-/tmp/timeoutmill-services}
@@ -493,6 +500,155 @@ postgres_status() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# A PostgreSQL primary and a streaming standby on loopback, for failover drills (pg-replica).
+# The functions above run each node in a subshell with PG_DIR and POSTGRES_PORT set to the
+# node's. The primary listens on TIMEOUTMILL_PG_REPLICA_PORT (5452), the standby on that + 1;
+# both live in $STATE/pg-replica. Nothing in a pair is worth keeping: a pair whose standby was
+# promoted is rebuilt from scratch by the next `pg-replica up`.
+
+REPLICA_DIR=$STATE/pg-replica
+REPLICA_PORT=${TIMEOUTMILL_PG_REPLICA_PORT:-5452}
+# The standby's name on the primary, which synchronous_standby_names lists in sync mode.
+REPLICA_STANDBY_NAME=tmstandby
+
+# replica_node primary|standby points the PostgreSQL functions at that node.
+replica_node() {
+	PG_DIR=$REPLICA_DIR/$1
+	POSTGRES_PORT=$REPLICA_PORT
+	[ "$1" = primary ] || POSTGRES_PORT=$((REPLICA_PORT + 1))
+}
+
+replica_dsn() {
+	echo "postgres://postgres@127.0.0.1:$REPLICA_PORT,127.0.0.1:$((REPLICA_PORT + 1))/$DB_NAME?sslmode=disable&target_session_attrs=read-write"
+}
+
+# replica_intact: both data dirs exist and the standby is still one (never promoted).
+replica_intact() {
+	[ -f "$REPLICA_DIR/primary/data/PG_VERSION" ] && [ -f "$REPLICA_DIR/standby/data/standby.signal" ]
+}
+
+replica_prepare_dir() {
+	mkdir -p "$1"
+	chown postgres: "$1"
+	chmod 700 "$1"
+}
+
+# replica_build makes a new pair: a primary with the test database, then the standby as a base
+# backup of it, streaming from a replication slot (the primary keeps the WAL the standby misses).
+replica_build() {
+	log "pg-replica: building a new primary and standby in $REPLICA_DIR"
+	(replica_node primary && postgres_down) || true
+	(replica_node standby && postgres_down) || true
+	rm -rf "$REPLICA_DIR/primary" "$REPLICA_DIR/standby"
+	mkdir -p "$REPLICA_DIR"
+	chmod 755 "$REPLICA_DIR"
+	replica_prepare_dir "$REPLICA_DIR/primary"
+	replica_prepare_dir "$REPLICA_DIR/standby"
+	(replica_node primary && postgres_up) || die "pg-replica: the primary did not start"
+	local primary_port=$REPLICA_PORT
+	timed "pg-replica: base backup" to_log "$REPLICA_DIR/standby/basebackup.log" \
+		as_postgres "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p "$primary_port" -U postgres \
+		-D "$REPLICA_DIR/standby/data" -X stream -c fast -C -S "$REPLICA_STANDBY_NAME" ||
+		{
+			show_log "$REPLICA_DIR/standby/basebackup.log"
+			die "pg-replica: pg_basebackup failed"
+		}
+	as_postgres touch "$REPLICA_DIR/standby/data/standby.signal"
+	# The base backup copied the primary's postgresql.auto.conf; later lines win.
+	as_postgres tee -a "$REPLICA_DIR/standby/data/postgresql.auto.conf" >/dev/null <<-CONF
+		primary_conninfo = 'host=127.0.0.1 port=$primary_port user=postgres application_name=$REPLICA_STANDBY_NAME'
+		primary_slot_name = '$REPLICA_STANDBY_NAME'
+	CONF
+}
+
+# replica_mode sync|async sets the primary's synchronous_standby_names: in sync mode a commit
+# returns once the standby has flushed its WAL. Set on the primary only (ALTER SYSTEM after the
+# base backup), so that a promoted standby does not wait for a standby of its own.
+replica_mode() {
+	local names=''
+	[ "$1" = sync ] && names=$REPLICA_STANDBY_NAME
+	(
+		replica_node primary
+		psql_pg -d postgres -c "ALTER SYSTEM SET synchronous_standby_names = '$names'" -c "SELECT pg_reload_conf()" >/dev/null
+	) || die "pg-replica: could not set the primary's synchronous_standby_names"
+}
+
+# replica_streaming: the primary sees the standby streaming (and, in sync mode, as sync).
+replica_streaming() {
+	local want=$1 state
+	state=$(replica_node primary && psql_pg -d postgres -tAc \
+		"SELECT sync_state FROM pg_stat_replication WHERE application_name = '$REPLICA_STANDBY_NAME' AND state = 'streaming'")
+	[ -n "$state" ] && { [ "$want" = async ] || [ "$state" = sync ]; }
+}
+
+pg_replica_up() {
+	local mode=$1
+	id postgres >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin postgres
+	install_missing postgres
+	replica_intact || replica_build
+	(replica_node primary && postgres_up) || die "pg-replica: the primary did not start"
+	(replica_node standby && postgres_up) || die "pg-replica: the standby did not start"
+	replica_mode "$mode"
+	timed "pg-replica: wait for the standby to stream ($mode)" wait_for 60 "the standby to stream" replica_streaming "$mode" ||
+		{
+			show_log "$REPLICA_DIR/standby/server.log"
+			die "pg-replica: the standby does not stream from the primary"
+		}
+	log "pg-replica: up ($mode), primary 127.0.0.1:$REPLICA_PORT, standby 127.0.0.1:$((REPLICA_PORT + 1)); DSN $(replica_dsn)"
+}
+
+pg_replica_down() {
+	[ -d "$REPLICA_DIR" ] || return 0
+	(replica_node standby && postgres_down) || true
+	(replica_node primary && postgres_down) || true
+}
+
+# pg_replica_status says what each node is (primary, standby, or down) and prints the DSN.
+pg_replica_status() {
+	local node rc=0 recovery
+	for node in primary standby; do
+		if (replica_node "$node" && pg_running && pg_ready); then
+			recovery=$(replica_node "$node" && psql_pg -d postgres -tAc 'SELECT pg_is_in_recovery()')
+			echo "pg-replica $node: up ($([ "$recovery" = t ] && echo "in recovery, a standby" || echo "read-write, a primary"), pid $(read_pid "$REPLICA_DIR/$node/data/postmaster.pid"), 127.0.0.1:$(replica_node "$node" && echo "$POSTGRES_PORT"))"
+		else
+			echo "pg-replica $node: down"
+			rc=1
+		fi
+	done
+	echo "pg-replica dsn: $(replica_dsn)"
+	return "$rc"
+}
+
+# pg_replica_promote makes the standby a primary, as Patroni or a managed service does on failover.
+pg_replica_promote() {
+	(replica_node standby && pg_running) || die "pg-replica: the standby is not running"
+	timed "pg-replica: promote the standby" as_postgres "$PG_BIN/pg_ctl" -D "$REPLICA_DIR/standby/data" -w -t 60 promote >/dev/null ||
+		die "pg-replica: promotion failed"
+	log "pg-replica: 127.0.0.1:$((REPLICA_PORT + 1)) is the primary now"
+}
+
+pg_replica_main() {
+	[ $# -ge 1 ] || usage
+	local cmd=$1 mode=${2:-sync}
+	case $cmd in
+	up | down | status | promote) ;;
+	*) usage ;;
+	esac
+	case $mode in
+	sync | async) ;;
+	*) die "unknown pg-replica mode '$mode' (want sync or async)" ;;
+	esac
+	mkdir -p "$STATE"
+	chmod 755 "$STATE"
+	exec 9>"$STATE/pg-replica.lock"
+	flock 9
+	case $cmd in
+	up) pg_replica_up "$mode" ;;
+	*) "pg_replica_$cmd" ;;
+	esac
+}
+
+# ---------------------------------------------------------------------------------------------
 # MariaDB: its own datadir in $MARIADB_DIR; root logs in by socket only, tests use a TCP user.
 
 mariadb_admin() { mariadb-admin --no-defaults --socket="$MARIADB_DIR/mysqld.sock" -uroot "$@"; }
@@ -784,7 +940,7 @@ services_from_args() {
 }
 
 usage() {
-	sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,/^set -euo pipefail/{/^#/p}' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -795,6 +951,10 @@ main() {
 	case $cmd in
 	cluster)
 		cluster_main "$@"
+		return
+		;;
+	pg-replica)
+		pg_replica_main "$@"
 		return
 		;;
 	up | down | status | env) ;;
