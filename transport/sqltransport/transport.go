@@ -41,7 +41,7 @@ func openDB(ctx context.Context, config Config, role string, maxOpen int) (db *s
 	where := "the database"
 	if config.DB == nil {
 		where = redact(config.DSN)
-		db, err = sql.Open(config.driverName(), config.DSN)
+		db, err = sqlpool.Open(config.driverName(), config.DSN) // with TCP keepalive, as the SQL stores
 		if err != nil {
 			return nil, false, fmt.Errorf("sqltransport: opening the %s's pool on %s: %w", role, where, redactError(err, config.DSN))
 		}
