@@ -77,4 +77,13 @@
 // it within about 15 seconds. The DSN may tune them with libpq's setting names, keepalives,
 // keepalives_idle, keepalives_interval, keepalives_count and tcp_user_timeout, which Open takes
 // out of the DSN's parameters rather than send them to the server.
+//
+// # Stability
+//
+// The store's API is stable. While timeoutmill is at v0, an incompatible change to it is made only
+// with an entry marked Breaking in CHANGELOG.md that says how to migrate; from v1 on, only in a new
+// major version. CI compares the exported API with the baseline in api/ and fails on an
+// incompatible change that the CHANGELOG does not name (docs/releasing.md). Its table layout is the
+// store's own: set-up brings a table an older version made up to date; read the timeouts through
+// persistence.Inspector or the timeoutmill command, not with SQL of your own.
 package mysql

@@ -71,4 +71,13 @@
 // Use New to run the store on a *sql.DB of your own (opened with the "pgx" driver, or with
 // stdlib.OpenDBFromPool on a pgxpool.Pool). pgx prepares and caches statements per connection;
 // behind PgBouncer in transaction mode, add default_query_exec_mode=simple_protocol to the DSN.
+//
+// # Stability
+//
+// The store's API is stable. While timeoutmill is at v0, an incompatible change to it is made only
+// with an entry marked Breaking in CHANGELOG.md that says how to migrate; from v1 on, only in a new
+// major version. CI compares the exported API with the baseline in api/ and fails on an
+// incompatible change that the CHANGELOG does not name (docs/releasing.md). Its table layout is the
+// store's own: set-up brings a table an older version made up to date; read the timeouts through
+// persistence.Inspector or the timeoutmill command, not with SQL of your own.
 package postgres
