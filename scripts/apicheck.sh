@@ -7,7 +7,8 @@
 #                                                       CHANGELOG.md's [Unreleased] does not name
 #   scripts/apicheck.sh baseline   (make api-baseline)  run the check, then record the tree's API as
 #                                                       the new baseline (FORCE=1 skips the check)
-#   VERBOSE=1 scripts/apicheck.sh                       also list the compatible changes
+#   VERBOSE=1 scripts/apicheck.sh                       also list the compatible changes, and the
+#                                                       features added and gone against api/timeoutmill.txt
 #
 # The rule: every incompatible change apidiff reports must be named, as `pkg.Name` (the package's
 # name as code writes it, then the name apidiff reports, a method's receiver without `(*...)`:
@@ -25,6 +26,8 @@ cd "$(dirname "$0")/.."
 GO=${GO:-go}
 APIDIFF=golang.org/x/exp/cmd/apidiff@v0.0.0-20261113113407-e3970619a1a4
 BASELINE=api/timeoutmill.x
+# The same API as a readable list, one feature a line: what a review reads (go run ./api/internal/apilist).
+LISTING=api/timeoutmill.txt
 CHANGELOG=CHANGELOG.md
 # Module-relative package paths outside the promise (internal/ is dropped by apidiff itself).
 EXCLUDED='^(cmd|examples|acceptance)(/|$)'
@@ -126,6 +129,10 @@ check() {
     fi
   done <"$tmp/report"
 
+  if [[ ${VERBOSE:-0} == 1 && -f $LISTING ]]; then
+    echo "apicheck: the exported features, $LISTING against the tree (- gone, + new):"
+    $GO run ./api/internal/apilist | diff "$LISTING" - | grep '^[<>]' | sed 's/^</  -/; s/^>/  +/' || true
+  fi
   echo "apicheck: against $BASELINE: $compatible compatible change(s), $named incompatible named in $CHANGELOG, $missing incompatible not named"
   if ((missing > 0)); then
     cat >&2 <<EOF
@@ -148,9 +155,11 @@ baseline() {
     grep -v '^Ignoring internal package' "$tmp/stderr" >&2
     return 1
   }
+  $GO run ./api/internal/apilist >"$tmp/new.txt"
   mkdir -p "$(dirname "$BASELINE")"
   mv "$tmp/new.x" "$BASELINE"
-  echo "apicheck: wrote $BASELINE"
+  mv "$tmp/new.txt" "$LISTING"
+  echo "apicheck: wrote $BASELINE and $LISTING ($(wc -l <"$LISTING") exported features)"
 }
 
 case $mode in
