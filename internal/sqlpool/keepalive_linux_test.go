@@ -2,7 +2,11 @@ package sqlpool
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -129,4 +133,73 @@ func TestMySQLPoolDialsWithKeepAlive(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close()
 	require.NoError(t, db.PingContext(t.Context()), "the server never sees the setting")
+}
+
+// inNetnsEnv marks the test binary re-run in a network namespace of its own.
+const inNetnsEnv = "TIMEOUTMILL_SQLPOOL_IN_NETNS"
+
+// TestDeadPeerIsNoticed: a server whose packets vanish (a crashed host, an address moved away) is
+// noticed by the dialer's connections on their own, idle or with a request unanswered: the kernel
+// ends them (ETIMEDOUT) about 15 s after the silence began, long before a reader's own deadline.
+// Packets are dropped by a blackhole route in a network namespace of the test's own (unshare -n),
+// so nothing outside it is touched.
+func TestDeadPeerIsNoticed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the kernel to give up on a connection (about 15 s each)")
+	}
+	if os.Getenv(inNetnsEnv) == "" {
+		cmd := exec.Command("unshare", "-n", os.Args[0], "-test.run", "^TestDeadPeerIsNoticed$", "-test.v")
+		cmd.Env = append(os.Environ(), inNetnsEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil && !strings.Contains(string(out), "--- FAIL") {
+			msg := fmt.Sprintf("needs a network namespace of its own (unshare -n, as root): %v\n%s", err, out)
+			if os.Getenv("CI") != "" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+		t.Logf("in a network namespace of its own:\n%s", out)
+		require.NoError(t, err)
+		return
+	}
+	ip := func(args ...string) {
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		require.NoError(t, err, "ip %v: %s", args, out)
+	}
+	ip("link", "set", "lo", "up")
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	require.NoError(t, err)
+	defer l.Close()
+	go func() {
+		var held []net.Conn // accepted and kept, silent
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				for _, c := range held {
+					_ = c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	const readerDeadline = 40 * time.Second
+	for _, request := range []bool{false, true} {
+		c, err := DefaultKeepAlive().Dialer(time.Second).DialContext(t.Context(), "tcp", l.Addr().String())
+		require.NoError(t, err)
+		ip("route", "add", "blackhole", "127.0.0.2/32", "table", "local") // the server's packets vanish
+		start := time.Now()
+		if request {
+			_, err = c.Write([]byte("SELECT 1"))
+			require.NoError(t, err, "the kernel takes the write")
+		}
+		require.NoError(t, c.SetReadDeadline(start.Add(readerDeadline)))
+		_, err = c.Read(make([]byte, 1))
+		took := time.Since(start)
+		ip("route", "del", "blackhole", "127.0.0.2/32", "table", "local")
+		_ = c.Close()
+		t.Logf("request unanswered %v: the connection ended after %s: %v", request, took.Round(time.Millisecond), err)
+		require.ErrorIs(t, err, syscall.ETIMEDOUT, "ended by the kernel, not by the reader's deadline")
+		require.Less(t, took, 25*time.Second, "noticed within about 15 s")
+	}
 }
