@@ -12,13 +12,13 @@
 //
 // # Stability
 //
-// The Go API (New, Config) is stable, and so is the JSON API under api/: its paths, parameters and
-// field names. Fields may be added in any minor version; none is renamed or removed without a
-// Breaking entry. While timeoutmill is at v0, an incompatible change to it is made only with an
-// entry marked Breaking in CHANGELOG.md that says how to migrate; from v1 on, only in a new major
-// version. CI compares the exported API with the baseline in api/ and fails on an incompatible
-// change that the CHANGELOG does not name (docs/releasing.md). The HTML pages, their URLs and their
-// looks are for people and may change in any release.
+// The Go API (New, Config) is stable, and so is the JSON API, the handler's api/... paths: their
+// parameters and field names. Fields may be added in any minor version; none is renamed or removed
+// without a Breaking entry. While timeoutmill is at v0, an incompatible change to it is made only
+// with an entry marked Breaking in CHANGELOG.md that says how to migrate; from v1 on, only in a new
+// major version. CI compares the exported API with the baseline in api/ and fails on an
+// incompatible change that the CHANGELOG does not name (docs/releasing.md). The HTML pages, their
+// URLs and their looks are for people and may change in any release.
 package dashboard
 
 import (
