@@ -86,12 +86,19 @@ func retry[T any](ctx context.Context, wait time.Duration, logger watermill.Logg
 }
 
 // newLogger returns the logger of a command: slog on stderr, as text or, with --log-format json,
-// one JSON object a line (slog's JSONHandler: time, level, msg and the fields), at --log-level.
-// Watermill's Info and Debug lines show at info and debug, its Error lines at every level; it has
-// no warning level, so warn shows its Error lines and the command's own warnings (see warn).
+// one JSON object a line (slog's JSONHandler: time, level, msg and the fields, durations as text
+// such as "1m0s" rather than nanoseconds), at --log-level. Watermill's Info and Debug lines show
+// at info and debug, its Error lines at every level; it has no warning level, so warn shows its
+// Error lines and the command's own warnings (see warn).
 func newLogger(e *env) watermill.LoggerAdapter {
 	opts := &slog.HandlerOptions{Level: logLevel(e.level)}
 	if e.format == "json" {
+		opts.ReplaceAttr = func(_ []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				a.Value = slog.StringValue(a.Value.Duration().String())
+			}
+			return a
+		}
 		return slogLogger(slog.New(slog.NewJSONHandler(e.stderr, opts)))
 	}
 	return slogLogger(slog.New(slog.NewTextHandler(e.stderr, opts)))

@@ -99,6 +99,7 @@ func TestLogFormatFlag(t *testing.T) {
 	require.GreaterOrEqual(t, len(lines), 2, stderr)
 	require.Equal(t, "WARN", lines[0]["level"])
 	require.Contains(t, lines[0]["msg"], "--claim-lease is shorter")
+	require.Equal(t, "10s", lines[0]["claim_lease"], "a duration as text")
 	last := lines[len(lines)-1]
 	require.Equal(t, "ERROR", last["level"])
 	require.Contains(t, last["msg"], "timeoutmill: ")
