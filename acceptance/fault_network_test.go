@@ -33,7 +33,8 @@ import (
 
 // networkTarget is what a fault is put on: the store's connections, the broker's, or both.
 type networkTarget struct {
-	name          string
+	name          string // of the subtest
+	what          string // in the figures
 	store, broker bool
 	// messages are the critical errors a fault there may raise: the stages that call that server
 	// (fetching due timeouts and storing and dispatching them call the store; announcing and
@@ -42,9 +43,9 @@ type networkTarget struct {
 }
 
 var (
-	onStore  = networkTarget{name: "store", store: true, messages: []string{critical.FetchMessage, critical.StoreMessage, critical.DispatchMessage}}
-	onBroker = networkTarget{name: "broker", broker: true, messages: []string{critical.DispatchMessage, critical.StoreMessage}}
-	onBoth   = networkTarget{name: "both", store: true, broker: true, messages: []string{critical.FetchMessage, critical.StoreMessage, critical.DispatchMessage}}
+	onStore  = networkTarget{name: "store", what: "the store", store: true, messages: []string{critical.FetchMessage, critical.StoreMessage, critical.DispatchMessage}}
+	onBroker = networkTarget{name: "broker", what: "the broker", broker: true, messages: []string{critical.DispatchMessage, critical.StoreMessage}}
+	onBoth   = networkTarget{name: "both", what: "the store and the broker", store: true, broker: true, messages: []string{critical.FetchMessage, critical.StoreMessage, critical.DispatchMessage}}
 )
 
 // breakerMessages is the message of each breaker, by the name a critical error gives it.
@@ -287,8 +288,8 @@ func exitWithin(s *service, within time.Duration) (code int, at time.Time, exite
 // TestFaultNetworkBlackHoleForGood drops every packet to and from the store, the broker or both,
 // for good, under load, with a 5 s outage wait: the calls in flight never return, yet the
 // critical error comes within the wait plus 2 s (the product's promise), with the documented
-// text, exactly once, and the process exits non-zero. Once the network is back, a new process
-// delivers everything: none lost, none early.
+// text of a stage that calls the silent server, and the process exits non-zero. Once the
+// network is back, a new process delivers everything: none lost, none early.
 func TestFaultNetworkBlackHoleForGood(t *testing.T) {
 	t.Parallel()
 	for _, target := range []networkTarget{onStore, onBroker, onBoth} {
@@ -322,7 +323,20 @@ func TestFaultNetworkBlackHoleForGood(t *testing.T) {
 			if m := breakerName.FindStringSubmatch(line.text); m != nil {
 				breaker = m[1]
 			}
-			criticals := r.svc.count(criticalLogged)
+			// Each breaker whose stage went without an answer for the wait raises its own
+			// critical error; those that arm together trip together.
+			var criticals []string
+			r.svc.mu.Lock()
+			for _, l := range r.svc.lines {
+				if strings.Contains(l.text, criticalLogged) {
+					name := "?"
+					if m := breakerName.FindStringSubmatch(l.text); m != nil {
+						name = m[1]
+					}
+					criticals = append(criticals, name)
+				}
+			}
+			r.svc.mu.Unlock()
 			r.svc.kill() // when it did not stop by itself
 
 			// The network comes back, and so does the service, as a supervisor would restart it.
@@ -343,24 +357,30 @@ func TestFaultNetworkBlackHoleForGood(t *testing.T) {
 				exit = "exited " + exitedAt.Sub(line.at).Round(time.Millisecond).String() + " after it with code " + strconv.Itoa(code)
 			}
 			panics := r.svc.count("panic:")
-			faultLog(t, "black hole on the %s for good, outage wait %s, %d timeouts in flight (sent in %s): %s; critical errors logged %d; process %s (panics: %d); "+
+			faultLog(t, "black hole on %s for good, outage wait %s, %d timeouts in flight (sent in %s): %s; critical errors logged from the breakers %v; process %s (panics: %d); "+
 				"%d of %d delivered before; after the network and a new process were back: %s early=%d (error queue %d), all delivered %s after the restart",
-				target.name, wait, inFlight, sending.Round(time.Millisecond), outcome, criticals, exit, panics, deliveredBefore, count,
+				target.what, wait, inFlight, sending.Round(time.Millisecond), outcome, criticals, exit, panics, deliveredBefore, count,
 				f, early, r.errs.distinct(), allAt.Sub(restarted).Round(time.Millisecond))
 
 			require.GreaterOrEqual(t, inFlight, 1000, "the fault comes with 1,000 or more timeouts in flight")
 			require.True(t, raised, "a critical error is raised:\n%s", r.svc.tail(30))
 			require.LessOrEqual(t, detect, bound, "raised within the outage wait plus 2 s")
 			require.GreaterOrEqual(t, detect, wait-time.Second, "not before the wait")
-			require.Equal(t, 1, criticals, "exactly one critical error:\n%s", r.svc.tail(30))
-			require.Contains(t, target.messages, breakerMessages[breaker], "a breaker of a stage that calls the %s: %s", target.name, line.text)
+			for _, b := range criticals {
+				require.Contains(t, target.messages, breakerMessages[b], "every critical error comes from a stage that calls %s: %v", target.what, criticals)
+			}
+			require.Contains(t, target.messages, breakerMessages[breaker], "a breaker of a stage that calls %s: %s", target.what, line.text)
 			require.Contains(t, line.text, breakerMessages[breaker], "the breaker's documented text")
 			require.True(t, exited, "the endpoint stops:\n%s", r.svc.tail(30))
 			require.NotEqual(t, 0, code, "the process exits non-zero")
 			require.Zero(t, panics, "it stops for the critical error, not in a panic:\n%s", r.svc.tail(40))
 			last, ok := r.svc.waitLog("timeoutmill: critical error", time.Second)
 			require.True(t, ok, "the exit says why:\n%s", r.svc.tail(10))
-			require.Contains(t, last.text, breakerMessages[breaker])
+			said := false
+			for _, b := range criticals {
+				said = said || strings.Contains(last.text, breakerMessages[b])
+			}
+			require.True(t, said, "the exit names a critical error raised: %s", last.text)
 
 			require.True(t, all, "all delivered after the restart (%d of %d)", r.got.distinct(), count)
 			requireNoneLost(t, f)
@@ -413,10 +433,10 @@ func TestFaultNetworkSilenceShorterThanTheWait(t *testing.T) {
 			early := r.got.early(msgs)
 			worst, _ := r.got.lateness(msgs, 0)
 
-			faultLog(t, "black hole on the %s for %s, outage wait 30s, %d timeouts in flight (sent in %s): %s early=%d (error queue %d); "+
+			faultLog(t, "black hole on %s for %s, outage wait 30s, %d timeouts in flight (sent in %s): %s early=%d (error queue %d); "+
 				"%d delivered during the silence; the %d due by its end all delivered %s after it (%d missing); latest delivery %s after due; "+
 				"critical errors: %d; failures logged: %d",
-				target.name, back.Sub(silent).Round(time.Millisecond), inFlight, sending.Round(time.Millisecond), f, early, r.errs.distinct(),
+				target.what, back.Sub(silent).Round(time.Millisecond), inFlight, sending.Round(time.Millisecond), f, early, r.errs.distinct(),
 				deliveredDuring, len(dueBy), caughtUp.Round(time.Millisecond), missing, worst.Round(time.Millisecond),
 				r.svc.count(criticalLogged), r.svc.count("level=ERROR"))
 
@@ -459,9 +479,9 @@ func TestFaultNetworkLatency(t *testing.T) {
 			early := r.got.early(msgs)
 			q := r.got.latenessQuantiles(msgs, 0.5, 0.99, 1)
 
-			faultLog(t, "latency %s ± %s on every reply of the %s, all %d timeouts through it (sent in %s): %s early=%d (error queue %d); "+
+			faultLog(t, "latency %s ± %s on every reply of %s, all %d timeouts through it (sent in %s): %s early=%d (error queue %d); "+
 				"lateness p50 %s p99 %s max %s; critical errors: %d; failures logged: %d",
-				latency, jitter, target.name, count, sending.Round(time.Millisecond), f, early, r.errs.distinct(), q[0], q[1], q[2],
+				latency, jitter, target.what, count, sending.Round(time.Millisecond), f, early, r.errs.distinct(), q[0], q[1], q[2],
 				r.svc.count(criticalLogged), r.svc.count("level=ERROR"))
 
 			require.True(t, all, "all delivered (%d of %d)", r.got.distinct(), count)
