@@ -622,6 +622,9 @@ pg_replica_status() {
 # pg_replica_promote makes the standby a primary, as Patroni or a managed service does on failover.
 pg_replica_promote() {
 	(replica_node standby && pg_running) || die "pg-replica: the standby is not running"
+	if (replica_node primary && pg_running); then
+		log "pg-replica: the old primary still runs: there will be two primaries (a failover kills or fences it first)"
+	fi
 	timed "pg-replica: promote the standby" as_postgres "$PG_BIN/pg_ctl" -D "$REPLICA_DIR/standby/data" -w -t 60 promote >/dev/null ||
 		die "pg-replica: promotion failed"
 	log "pg-replica: 127.0.0.1:$((REPLICA_PORT + 1)) is the primary now"
