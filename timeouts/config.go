@@ -226,7 +226,7 @@ func (c *Config) setDefaults() {
 	if c.ClaimLease == 0 {
 		c.ClaimLease = DefaultClaimLease
 	}
-	if c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages == 0 {
+	if c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages == 0 && c.TimeToTriggerFetchCircuitBreaker > 0 {
 		c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages = c.TimeToTriggerFetchCircuitBreaker
 	}
 	if c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages == 0 {

@@ -86,11 +86,7 @@ func TestEachConfigFieldSaysWhatNewManagerRefuses(t *testing.T) {
 			mutate(&cfg)
 			_, err := timeouts.NewManager(cfg, nil)
 			require.ErrorIs(t, err, timeouts.ErrInvalidConfig, "%s #%d", field, i)
-			// A negative TimeToTriggerFetchCircuitBreaker is reported under the name of the
-			// setting it stands for, which the defaults copy it into.
-			named := strings.Contains(err.Error(), field) ||
-				field == "TimeToTriggerFetchCircuitBreaker" && strings.Contains(err.Error(), "TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages")
-			require.True(t, named, "%s #%d: the error names the field: %v", field, i, err)
+			require.Contains(t, err.Error(), field, "%s #%d: the error names the field", field, i)
 		}
 	}
 	for field := range refused {

@@ -238,7 +238,9 @@ func (m *Manager) Cancel(ctx context.Context, id string) (bool, error) {
 	return m.cfg.Store.Cancel(ctx, id)
 }
 
-// CancelByOwner deletes every pending timeout tagged with owner (see WithOwner).
+// CancelByOwner deletes every pending timeout tagged with owner (see WithOwner) and returns how
+// many it deleted. An empty owner is refused with an error wrapping persistence.ErrInvalidTimeout:
+// it would match no timeout.
 func (m *Manager) CancelByOwner(ctx context.Context, owner string) (int, error) {
 	if owner == "" {
 		return 0, fmt.Errorf("%w: the owner is empty (it would match no timeout)", persistence.ErrInvalidTimeout)
