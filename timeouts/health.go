@@ -28,8 +28,8 @@ import (
 // A breaker is armed from a stage's first failure until its next success, and while calls to the
 // store or the broker have gone unanswered for over a second: an outage shows once the manager
 // calls what is down (the poller looks at the store at least every PollInterval; the broker is
-// called when a timeout is due or a message arrives), long before the breaker's wait ends in a
-// critical error. It reads the manager's state in memory, never the store or the broker, so it
+// called when a timeout is due, to announce and forward it), long before the breaker's wait ends
+// in a critical error. It reads the manager's state in memory, never the store or the broker, so it
 // is cheap enough for a probe polled every few seconds, and safe to call from any goroutine.
 func (m *Manager) Health() error {
 	var reasons []error
