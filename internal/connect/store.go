@@ -19,7 +19,7 @@ import (
 )
 
 // StoreSchemes lists the store DSNs OpenStore understands, for help texts.
-const StoreSchemes = "sqlite:///path/to/file.db, postgres://user:pass@host:5432/db, mysql://user:pass@host:3306/db, sqlserver://user:pass@host:1433?database=db"
+const StoreSchemes = "sqlite:///path/to/file.db, postgres://user:pass@host:5432/db (a primary and its standbys: postgres://user:pass@h1:5432,h2:5432/db?target_session_attrs=read-write), mysql://user:pass@host:3306/db, sqlserver://user:pass@host:1433?database=db"
 
 // OpenStore opens the store a DSN names for endpoint's timeouts:
 //

@@ -109,7 +109,7 @@
 // ClaimDue); the column has no index, so ReleaseClaimsOf, run once at a manager's start, reads
 // the whole table. HoldInstance takes sp_getapplock with @LockOwner = 'Session' and no wait on a
 // connection of its own (application locks are per database; the resource is a SHA-256 of the
-// table and the instance), pinged every 30 seconds; release gives the lock back and closes the
+// table and the instance), pinged every 5 seconds; release gives the lock back and closes the
 // connection, and Close releases every hold. If the connection dies, SQL Server ends the session
 // and the lock with it: the store takes the lock again at the next ping it can, and meanwhile
 // another process could take the name and release this one's claims, which only makes them
