@@ -101,6 +101,7 @@ func (c *runCmd) Run(e *env) error {
 	}
 	defer transport.Close()
 	if !c.SkipSetup && transport.DeclareEndpoint != nil {
+		probes.waiting("queues not declared", nil)
 		if err := transport.DeclareEndpoint(e.ctx, c.Endpoint, c.ErrorQueue); err != nil {
 			return fmt.Errorf("declaring the queues of %s: %w", c.Endpoint, connect.RedactError(err, c.Transport))
 		}
