@@ -256,8 +256,9 @@ func (tl *tally) latenessQuantiles(msgs []timeoutMsg, qs ...float64) []time.Dura
 	return out
 }
 
-// lastArrival is when the last of msgs first arrived (zero if none did), and how many did not.
-func (tl *tally) lastArrival(msgs []timeoutMsg) (last time.Time, missing int) {
+// lastArrival is when the last of msgs first arrived (zero if none did), how many first arrived
+// after deadline, and how many did not arrive.
+func (tl *tally) lastArrival(msgs []timeoutMsg, deadline time.Time) (last time.Time, after, missing int) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	for _, m := range msgs {
@@ -266,11 +267,14 @@ func (tl *tally) lastArrival(msgs []timeoutMsg) (last time.Time, missing int) {
 			missing++
 			continue
 		}
+		if at.After(deadline) {
+			after++
+		}
 		if at.After(last) {
 			last = at
 		}
 	}
-	return last, missing
+	return last, after, missing
 }
 
 // exitWithin waits up to within for s to exit, without failing the test.
@@ -428,16 +432,16 @@ func TestFaultNetworkSilenceShorterThanTheWait(t *testing.T) {
 				}
 			}
 			f, all := r.settle(t, msgs, 2*time.Minute)
-			last, missing := r.got.lastArrival(dueBy)
+			last, tooLate, missing := r.got.lastArrival(dueBy, back.Add(catchUp))
 			caughtUp := last.Sub(back)
 			early := r.got.early(msgs)
 			worst, _ := r.got.lateness(msgs, 0)
 
 			faultLog(t, "black hole on %s for %s, outage wait 30s, %d timeouts in flight (sent in %s): %s early=%d (error queue %d); "+
-				"%d delivered during the silence; the %d due by its end all delivered %s after it (%d missing); latest delivery %s after due; "+
+				"%d delivered during the silence; the %d due by its end all delivered %s after it (%d later than %s, %d missing); latest delivery %s after due; "+
 				"critical errors: %d; failures logged: %d",
 				target.what, back.Sub(silent).Round(time.Millisecond), inFlight, sending.Round(time.Millisecond), f, early, r.errs.distinct(),
-				deliveredDuring, len(dueBy), caughtUp.Round(time.Millisecond), missing, worst.Round(time.Millisecond),
+				deliveredDuring, len(dueBy), caughtUp.Round(time.Millisecond), tooLate, catchUp, missing, worst.Round(time.Millisecond),
 				r.svc.count(criticalLogged), r.svc.count("level=ERROR"))
 
 			require.GreaterOrEqual(t, inFlight, 1000, "the fault comes with 1,000 or more timeouts in flight")
