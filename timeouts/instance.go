@@ -73,7 +73,7 @@ func (m *Manager) holdInstance(ctx context.Context) bool {
 		}
 		callCtx, end := m.poller.fetch.Call(ctx)
 		release, err := in.claimer.HoldInstance(callCtx, in.name)
-		end()
+		end(err)
 		switch {
 		case err == nil:
 			in.release = release
@@ -90,7 +90,7 @@ func (m *Manager) holdInstance(ctx context.Context) bool {
 	for ctx.Err() == nil {
 		callCtx, end := m.poller.fetch.Call(ctx)
 		n, err := in.claimer.ReleaseClaimsOf(callCtx, in.name)
-		end()
+		end(err)
 		if err == nil {
 			m.poller.fetch.Success()
 			fields["released"] = n

@@ -335,7 +335,7 @@ func (m *Manager) setupInfrastructure(ctx context.Context) bool {
 	for ctx.Err() == nil {
 		callCtx, end := m.poller.fetch.Call(ctx)
 		err := installer.SetupInfrastructure(callCtx)
-		end()
+		end(err)
 		if err == nil {
 			m.poller.fetch.Success()
 			return true

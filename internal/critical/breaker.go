@@ -95,6 +95,10 @@ type CircuitBreaker struct {
 	busySince time.Time   // when calls were first in flight with no success since; zero when none are
 	watch     *time.Timer // fires TimeToWait after busySince; nil until the first call
 	watching  bool        // watch is set to fire
+	// The oldest call that ended unanswered (with an error) since the last success, and when the
+	// last such call ended: a Failure reported right after it counts from when that call began,
+	// not from when it gave up.
+	unansweredSince, unansweredEnded time.Time
 }
 
 // NewCircuitBreaker returns a disarmed breaker.
@@ -121,10 +125,16 @@ func (b *CircuitBreaker) Failure(ctx context.Context, err error) {
 	}
 	b.lastErr = err
 	if b.since.IsZero() {
-		b.since = time.Now()
+		now := time.Now()
+		b.since = now
+		// A failure reported as the call behind it ended: failing since that call began.
+		if !b.unansweredSince.IsZero() && now.Sub(b.unansweredEnded) <= b.cfg.RetryDelay+time.Second {
+			b.since = b.unansweredSince
+		}
+		b.unansweredSince, b.unansweredEnded = time.Time{}, time.Time{}
 		b.gen++
 		gen := b.gen
-		b.timer = time.AfterFunc(b.cfg.TimeToWait, func() { b.trip(gen) })
+		b.timer = time.AfterFunc(max(b.cfg.TimeToWait-now.Sub(b.since), 0), func() { b.trip(gen) })
 	}
 	b.mu.Unlock()
 
@@ -137,32 +147,48 @@ func (b *CircuitBreaker) Failure(ctx context.Context, err error) {
 }
 
 // Call starts a call of the stage to a store or a broker: it returns ctx bounded by the
-// breaker's CallTimeout, and end, which the caller must call when the call returns, whatever its
-// outcome (which it reports with Success or Failure as usual). While calls are in flight and
-// none has succeeded for TimeToWait, the breaker trips, even if none of them ever returns.
-func (b *CircuitBreaker) Call(ctx context.Context) (callCtx context.Context, end func()) {
+// breaker's CallTimeout, and end, which the caller must call with the call's error when it
+// returns (the caller still reports its outcome with Success or Failure as usual). While calls
+// are in flight and none has succeeded for TimeToWait, the breaker trips, even if none of them
+// ever returns; and a Failure reported as a call ends with an error counts from when that call
+// began, so a call that gives up after a while (its deadline, a dead connection found by a
+// heartbeat) does not put the critical error off by that while.
+func (b *CircuitBreaker) Call(ctx context.Context) (callCtx context.Context, end func(error)) {
 	callCtx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
 	b.mu.Lock()
 	if b.stopped {
 		b.mu.Unlock()
-		return callCtx, cancel
+		return callCtx, func(error) { cancel() }
 	}
+	began := time.Now()
 	b.inFlight++
 	if b.inFlight == 1 {
-		b.busySince = time.Now()
+		b.busySince = began
 		b.armWatch(b.cfg.TimeToWait)
 	}
 	b.mu.Unlock()
 	var once sync.Once
-	return callCtx, func() {
+	return callCtx, func(err error) {
 		once.Do(func() {
 			cancel()
 			b.mu.Lock()
+			defer b.mu.Unlock()
 			b.inFlight--
+			switch {
+			case err == nil: // answered: the stage works
+				b.unansweredSince, b.unansweredEnded = time.Time{}, time.Time{}
+				if b.inFlight > 0 {
+					b.busySince = time.Now()
+				}
+			case b.unansweredSince.IsZero() || began.Before(b.unansweredSince):
+				b.unansweredSince = began
+				fallthrough
+			default:
+				b.unansweredEnded = time.Now()
+			}
 			if b.inFlight == 0 {
 				b.busySince = time.Time{}
 			}
-			b.mu.Unlock()
 		})
 	}
 }
@@ -217,6 +243,7 @@ func (b *CircuitBreaker) Success() {
 	if b.inFlight > 0 {
 		b.busySince = time.Now()
 	}
+	b.unansweredSince, b.unansweredEnded = time.Time{}, time.Time{}
 	b.tripped = false
 	if b.since.IsZero() {
 		return

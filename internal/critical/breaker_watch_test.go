@@ -20,7 +20,7 @@ func TestBreakerTripsOnACallThatNeverReturns(t *testing.T) {
 
 	began := time.Now()
 	_, end := b.Call(context.Background()) // never ended before the trip: it hangs
-	defer end()
+	defer end(nil)
 	require.Eventually(t, func() bool { return len(rec.all()) == 1 }, 5*time.Second, time.Millisecond)
 	tripped := time.Now()
 
@@ -43,7 +43,7 @@ func TestBreakerSuccessesWhileACallHangsPostponeTheTrip(t *testing.T) {
 	b, rec := newBreaker(t, wait)
 
 	_, end := b.Call(context.Background())
-	defer end()
+	defer end(nil)
 	for range 10 { // a success every half wait, for five waits
 		time.Sleep(wait / 2)
 		b.Success()
@@ -67,11 +67,11 @@ func TestBreakerCallsThatEndTripNothing(t *testing.T) {
 		_, end := b.Call(context.Background())
 		time.Sleep(10 * time.Millisecond)
 		b.Success()
-		end()
+		end(nil)
 	}
 	// A call that ended with a failure arms the breaker as Failure always did; none in flight now.
 	_, end := b.Call(context.Background())
-	end()
+	end(nil)
 	time.Sleep(3 * wait)
 	require.Empty(t, rec.all())
 	require.False(t, b.Armed())
@@ -89,7 +89,7 @@ func TestBreakerCallHasADeadline(t *testing.T) {
 	defer b.Stop()
 
 	ctx, end := b.Call(context.Background())
-	defer end()
+	defer end(nil)
 	dl, ok := ctx.Deadline()
 	require.True(t, ok)
 	require.WithinDuration(t, time.Now().Add(50*time.Millisecond), dl, 40*time.Millisecond)
@@ -103,7 +103,7 @@ func TestBreakerCallHasADeadline(t *testing.T) {
 	require.NoError(t, err)
 	defer short.Stop()
 	ctx, end = short.Call(context.Background())
-	defer end()
+	defer end(nil)
 	dl, _ = ctx.Deadline()
 	require.WithinDuration(t, time.Now().Add(2*time.Second), dl, time.Second)
 
@@ -113,7 +113,7 @@ func TestBreakerCallHasADeadline(t *testing.T) {
 	require.NoError(t, err)
 	defer long.Stop()
 	ctx, end = long.Call(context.Background())
-	defer end()
+	defer end(nil)
 	dl, _ = ctx.Deadline()
 	require.WithinDuration(t, time.Now().Add(critical.DefaultCallTimeout), dl, time.Second)
 
@@ -135,7 +135,7 @@ func TestBreakerTripOnAHangCarriesTheLastFailure(t *testing.T) {
 	cause := errors.New("connection reset by peer")
 	began := time.Now()
 	_, end := b.Call(context.Background())
-	defer end()
+	defer end(nil)
 	time.Sleep(2 * wait / 3)
 	b.Failure(context.Background(), cause) // its own timer would fire at 5/3 of the wait
 	require.Eventually(t, func() bool { return len(rec.all()) == 1 }, 5*time.Second, time.Millisecond)
@@ -151,10 +151,10 @@ func TestStoppedBreakerWatchesNoCall(t *testing.T) {
 	b, rec := newBreaker(t, wait)
 
 	_, end := b.Call(context.Background())
-	defer end()
+	defer end(nil)
 	b.Stop()
 	_, end2 := b.Call(context.Background())
-	defer end2()
+	defer end2(nil)
 	time.Sleep(3 * wait)
 	require.Empty(t, rec.all())
 }
@@ -168,6 +168,38 @@ func TestBreakerIsArmedWhileCallsGoUnanswered(t *testing.T) {
 	require.Eventually(t, b.Armed, 5*time.Second, 10*time.Millisecond, "a call unanswered for a second is")
 	b.Success()
 	require.False(t, b.Armed(), "a success disarms")
-	end()
+	end(nil)
 	require.False(t, b.Armed())
+}
+
+// A call that gives up after a while (its deadline, a dead connection found by a heartbeat)
+// reports a failure late; the breaker counts from when that call began, so the critical error is
+// not put off by the while.
+func TestBreakerFailureAfterAnUnansweredCallCountsFromTheCall(t *testing.T) {
+	t.Parallel()
+	wait := 400 * time.Millisecond
+	b, rec := newBreaker(t, wait)
+
+	began := time.Now()
+	_, end := b.Call(context.Background())
+	time.Sleep(wait / 2) // the call hangs, then gives up
+	cause := errors.New("connection closed: no heartbeat")
+	end(cause)
+	b.Failure(context.Background(), cause)
+	require.Eventually(t, func() bool { return len(rec.all()) == 1 }, 5*time.Second, time.Millisecond)
+	require.Less(t, time.Since(began), wait+wait/2, "tripped the wait after the call began, not the wait after it gave up")
+	require.GreaterOrEqual(t, time.Since(began), wait)
+	require.WithinDuration(t, began, rec.all()[0].FailingSince, 50*time.Millisecond)
+
+	// An answered call in between starts the count afresh.
+	b2, rec2 := newBreaker(t, wait)
+	_, end = b2.Call(context.Background())
+	end(errors.New("refused"))
+	_, end = b2.Call(context.Background())
+	end(nil)
+	time.Sleep(wait / 2)
+	failed := time.Now()
+	b2.Failure(context.Background(), cause)
+	require.Eventually(t, func() bool { return len(rec2.all()) == 1 }, 5*time.Second, time.Millisecond)
+	require.GreaterOrEqual(t, time.Since(failed), wait, "counted from the failure: the earlier unanswered call was followed by an answer")
 }

@@ -17,8 +17,9 @@ import (
 // guarded runs one call of a stage through its breaker.
 func guarded[T any](ctx context.Context, b *critical.CircuitBreaker, call func(context.Context) (T, error)) (T, error) {
 	ctx, end := b.Call(ctx)
-	defer end()
-	return call(ctx)
+	v, err := call(ctx)
+	end(err)
+	return v, err
 }
 
 // guardedCalls makes a store's batch calls through a breaker.
@@ -55,7 +56,6 @@ func (p GuardedPublisher) Publish(topic string, msgs ...*message.Message) error 
 		return p.Publisher.Publish(topic, msgs...)
 	}
 	callCtx, end := p.Breaker.Call(msgs[0].Context())
-	defer end()
 	deadline, _ := callCtx.Deadline()
 	own := make([]context.Context, len(msgs))
 	for i, m := range msgs {
@@ -69,5 +69,7 @@ func (p GuardedPublisher) Publish(topic string, msgs ...*message.Message) error 
 			m.SetContext(own[i])
 		}
 	}()
-	return p.Publisher.Publish(topic, msgs...)
+	err := p.Publisher.Publish(topic, msgs...)
+	end(err)
+	return err
 }
