@@ -2,6 +2,8 @@ package timeouts_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,4 +120,41 @@ func TestSteeringCallsOnAStoreThatStopsAnsweringFail(t *testing.T) {
 	cancel()
 	_, err = b.manager.Cancel(ctx, watermill.NewUUID())
 	require.ErrorIs(t, err, context.Canceled, "the caller's own end still wins")
+}
+
+// lostAnswerStore commits a claim and then loses its answer once, as a database does whose reply
+// a dropped packet took: the ids are claimed, and the poller does not know them.
+type lostAnswerStore struct {
+	*memStore
+	lose atomic.Bool
+}
+
+func (s *lostAnswerStore) ClaimDueAs(ctx context.Context, instance string, now time.Time, limit int, lease time.Duration) ([]string, error) {
+	ids, err := s.memStore.ClaimDueAs(ctx, instance, now, limit, lease)
+	if err == nil && len(ids) > 0 && s.lose.CompareAndSwap(true, false) {
+		return nil, fmt.Errorf("claim answer lost with %d ids: %w", len(ids), context.DeadlineExceeded)
+	}
+	return ids, err
+}
+
+// The ids of a claim whose answer was lost are given back before the next claim, and delivered
+// at once rather than when their lease (an hour here) runs out.
+func TestClaimWhoseAnswerWasLostIsGivenBack(t *testing.T) {
+	t.Parallel()
+	store := &lostAnswerStore{memStore: memory.New()}
+	store.lose.Store(true)
+	b := setup(t, store, func(c *timeouts.Config) {
+		c.Instance = "orders-0"
+		c.ClaimLease = time.Hour
+		c.RetryDelay = 50 * time.Millisecond
+		c.PollInterval = 100 * time.Millisecond
+	})
+	delivered := subscribe(t, b.pubSub, "dest")
+
+	msg := message.NewMessage(watermill.NewUUID(), nil)
+	timeouts.DeliverAfter(msg, 100*time.Millisecond)
+	require.NoError(t, b.manager.Publisher().Publish("dest", msg))
+	got := await(t, delivered, 10*time.Second)
+	require.Equal(t, msg.UUID, got.msg.UUID)
+	require.False(t, store.lose.Load(), "the answer of a claim was lost")
 }

@@ -49,6 +49,12 @@ type poller struct {
 	// plannedWake is when the sleeping poller will look again; zero while it is working, when any
 	// store must wake it, because the Next it read may predate that store.
 	plannedWake time.Time
+	// orphans is set when a claim failed: the database may have committed it and the answer been
+	// lost on the way (a network that drops packets, a call past its deadline), leaving ids
+	// claimed that no one announces. Before its next claim the poller gives back what its
+	// instance holds (persistence.Claimer), so they come due again at once, not a lease later.
+	// Only the poller's goroutine reads and writes it.
+	orphans bool
 }
 
 // maxAnnouncing bounds the claimed batches being announced at once. Two let the next claim run
@@ -119,6 +125,10 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 	case <-ctx.Done():
 		return time.Time{}, false
 	}
+	if p.orphans && !p.releaseOrphans(ctx) {
+		<-p.slots
+		return time.Time{}, false
+	}
 	now := time.Now()
 	var dueBy time.Time // claiming ahead: the ids are due by now, said in their announcement
 	if at.After(now) {
@@ -128,9 +138,10 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 	// after the database committed it, its ids would wait for their lease.
 	claimCtx, end := p.fetch.Call(context.WithoutCancel(ctx))
 	ids, err := p.claim(claimCtx, now)
-	end()
+	end(err)
 	if err != nil {
 		<-p.slots
+		p.orphans = p.claimAs != ""
 		if ctx.Err() == nil {
 			p.logger.Error("Claiming due timeouts failed", err, nil)
 			p.fetch.Failure(ctx, err)
@@ -159,7 +170,7 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 	limit := time.Now().Add(p.interval)
 	nextCtx, end := p.fetch.Call(ctx)
 	due, any, err := p.store.Next(nextCtx)
-	end()
+	end(err)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.logger.Error("Reading the next due time failed", err, nil)
@@ -171,6 +182,29 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 		return due, true
 	}
 	return limit, true
+}
+
+// releaseOrphans gives back the claims of the poller's instance after a claim that failed, and
+// reports whether it did: ids a lost answer left claimed, and those the poller is announcing,
+// which are claimed and announced again (a duplicate announcement, which the dispatch satellite
+// finds handled, or at worst a duplicate delivery, never a loss and never early).
+func (p *poller) releaseOrphans(ctx context.Context) bool {
+	callCtx, end := p.fetch.Call(context.WithoutCancel(ctx))
+	n, err := p.store.(persistence.Claimer).ReleaseClaimsOf(callCtx, p.claimAs)
+	end(err)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.logger.Error("Giving back the claims a failed claim may have left failed", err, nil)
+			p.fetch.Failure(ctx, err)
+		}
+		return false
+	}
+	p.fetch.Success()
+	p.orphans = false
+	if n > 0 {
+		p.logger.Info("Gave back the claims a failed claim may have left", watermill.LogFields{"released": n})
+	}
+	return true
 }
 
 // claim claims due ids, recording the manager's instance on them when it has one.
@@ -269,6 +303,7 @@ func (p *poller) announceClaimed(ctx context.Context, ids []string, claimedAt, d
 // announced would wait for their lease to run out.
 func (p *poller) announce(ctx context.Context, ids []string, dueBy time.Time) error {
 	ctx, end := p.dispatch.Call(context.WithoutCancel(ctx))
-	defer end()
-	return p.announcer.PublishDue(ctx, ids, dueBy)
+	err := p.announcer.PublishDue(ctx, ids, dueBy)
+	end(err)
+	return err
 }
