@@ -175,7 +175,7 @@ func (s *Store) HoldInstance(ctx context.Context, instance string) (func() error
 type holds struct {
 	mu     sync.Mutex
 	closed bool
-	live   map[*func() error]struct{}
+	live   map[*func() error]func() error // each live hold's release, made safe to call twice
 }
 
 // add keeps release until it is called, and returns it made safe to call more than once.
@@ -186,11 +186,11 @@ func (h *holds) add(release func() error) (func() error, error) {
 		return nil, errors.Join(errors.New("the store is closed"), release())
 	}
 	if h.live == nil {
-		h.live = make(map[*func() error]struct{})
+		h.live = make(map[*func() error]func() error)
 	}
 	once := sync.OnceValue(release)
 	key := &release
-	h.live[key] = struct{}{}
+	h.live[key] = once
 	return func() error {
 		h.mu.Lock()
 		delete(h.live, key)
@@ -207,8 +207,8 @@ func (h *holds) releaseAll() error {
 	h.live = nil
 	h.mu.Unlock()
 	var err error
-	for release := range live {
-		err = errors.Join(err, (*release)())
+	for _, release := range live {
+		err = errors.Join(err, release()) // the once its holder may be calling too (a stop racing Close)
 	}
 	return err
 }
@@ -248,6 +248,7 @@ func HoldOnConn(ctx context.Context, db *sql.DB, lock SessionLock) (release func
 		return nil, false, err
 	}
 	h := &connHold{db: db, lock: lock, conn: conn, stop: make(chan struct{}), stopped: make(chan struct{})}
+	h.calls, h.cancelCalls = context.WithCancel(context.Background())
 	go h.keepAlive()
 	return h.release, true, nil
 }
@@ -280,6 +281,10 @@ type connHold struct {
 	lock          SessionLock
 	conn          *sql.Conn // nil while the hold is lost
 	stop, stopped chan struct{}
+	// calls is the context of the keep-alive's calls: release cancels it, so that a check waiting
+	// on a server that stopped answering does not hold the release up.
+	calls       context.Context
+	cancelCalls context.CancelFunc
 }
 
 func (h *connHold) keepAlive() {
@@ -299,7 +304,7 @@ func (h *connHold) keepAlive() {
 // check pings the held session, takes the lock again when the session is gone, and returns how
 // long to wait before the next check.
 func (h *connHold) check() time.Duration {
-	ctx, cancel := context.WithTimeout(context.Background(), holdCallTimeout)
+	ctx, cancel := context.WithTimeout(h.calls, holdCallTimeout)
 	defer cancel()
 	if h.conn != nil && h.conn.PingContext(ctx) != nil {
 		_ = discard(h.conn)
@@ -316,13 +321,18 @@ func (h *connHold) check() time.Duration {
 	return HoldCheckInterval // held again, or the name taken meanwhile
 }
 
+// releaseUnlockTimeout bounds the unlock at a release: a server that does not answer by then
+// frees the lock when it finds the closed connection gone.
+const releaseUnlockTimeout = 2 * time.Second
+
 func (h *connHold) release() error {
 	close(h.stop)
+	h.cancelCalls()
 	<-h.stopped
 	if h.conn == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), holdCallTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), releaseUnlockTimeout)
 	defer cancel()
 	// Unlocked first, so that the name is free when release returns rather than when the server
 	// notices the connection closed.

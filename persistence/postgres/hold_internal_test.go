@@ -104,3 +104,27 @@ func TestHoldTakenAgainAfterItsSessionEnded(t *testing.T) {
 	require.NoError(t, err, "released: the name is free")
 	require.NoError(t, again())
 }
+
+// TestHoldReleasedByCloseAndByItsHolder: a store closed while a manager still holds a name
+// (a stop racing Close) releases the hold once; the holder's own release afterwards is a no-op,
+// never a second release of the same connection (which panicked: close of a closed channel).
+func TestHoldReleasedByCloseAndByItsHolder(t *testing.T) {
+	t.Parallel()
+	dsn, schema := testenv.PostgresSchema(t)
+	ctx := t.Context()
+	store, err := Open(ctx, Config{DSN: dsn, Schema: schema, Endpoint: "orders"})
+	require.NoError(t, err)
+	require.NoError(t, store.SetupInfrastructure(ctx))
+	release, err := store.HoldInstance(ctx, "orders-2")
+	require.NoError(t, err)
+
+	require.NoError(t, store.Close())
+	require.NotPanics(t, func() { require.NoError(t, release()) })
+
+	other, err := Open(ctx, Config{DSN: dsn, Schema: schema, Endpoint: "orders"})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, other.Close()) })
+	again, err := other.HoldInstance(ctx, "orders-2")
+	require.NoError(t, err, "the name is free once the closed store released it")
+	require.NoError(t, again())
+}
