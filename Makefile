@@ -43,3 +43,17 @@ bench: ## Measure delayed delivery beside the peers, one table (BENCH=quick: < 2
 
 screenshot: ## Render the dashboard in headless Chromium to docs/dashboard.png (installs chromium as root)
 	$(GO) run ./internal/screenshot -out docs/dashboard.png -chromium "$$(scripts/chromium.sh)"
+
+# Release artifacts (.goreleaser.yaml). The first run compiles goreleaser itself, which takes a while.
+GORELEASER := github.com/goreleaser/goreleaser/v2@v2.16.0
+CA_CERTS   ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
+GOARCH_HOST = $(shell $(GO) env GOARCH)
+.PHONY: release-snapshot image
+
+release-snapshot: ## Release artifacts in dist/, unpublished: linux and darwin binaries, linux images, SBOMs, checksums
+	TIMEOUTMILL_CA_CERTS=$(CA_CERTS) $(GO) run $(GORELEASER) release --snapshot --clean
+
+image: ## Only the container image for this machine, dist/timeoutmill_linux_ARCH.image.tar (podman load -i it)
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -buildvcs=true -ldflags='-s -w' -o dist/image/timeoutmill ./cmd/timeoutmill
+	$(GO) run ./internal/release/mkimage -binary dist/image/timeoutmill $(if $(CA_CERTS),-ca-certs $(CA_CERTS)) \
+	  -out dist/timeoutmill_linux_$(GOARCH_HOST).image.tar
