@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/timeoutmill/timeoutmill/internal/critical"
+	"github.com/timeoutmill/timeoutmill/critical"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 

@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/internal/configerr"
-	"github.com/timeoutmill/timeoutmill/internal/critical"
-	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/internal/storeopen"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"

@@ -11,7 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
-	"github.com/timeoutmill/timeoutmill/internal/critical"
+	"github.com/timeoutmill/timeoutmill/critical"
 	"github.com/timeoutmill/timeoutmill/internal/faultstore"
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
 	"github.com/timeoutmill/timeoutmill/timeouts"

@@ -8,8 +8,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/timeoutmill/timeoutmill/internal/critical"
-	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 

@@ -18,8 +18,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/internal/amqpmarshal"
-	"github.com/timeoutmill/timeoutmill/internal/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 	"github.com/timeoutmill/timeoutmill/wire"

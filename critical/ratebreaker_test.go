@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/timeoutmill/timeoutmill/internal/critical"
+	"github.com/timeoutmill/timeoutmill/critical"
 )
 
 func newRateBreaker(t *testing.T, perSecond int, window time.Duration) (*critical.RateBreaker, *tripRecorder) {
