@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
@@ -80,7 +80,7 @@ func TestFaultBrokerRestartUnderLoad(t *testing.T) {
 		f, errs.distinct(), started.Round(time.Millisecond), down.Round(time.Millisecond), stopTook.Round(time.Millisecond),
 		startTook.Round(time.Millisecond), deliveredBefore, reconnected, allAt.Sub(back).Round(time.Millisecond),
 		worst.Round(time.Millisecond), svc.count(criticalLogged), restartedSvc != nil)
-	if down < critical.DefaultRetryDelay*25 {
+	if down < breaker.DefaultRetryDelay*25 {
 		require.Zero(t, svc.count(criticalLogged), "a broker restart shorter than the breakers' waits is no critical error:\n%s", svc.tail(20))
 		require.Nil(t, restartedSvc, "the service survived the restart")
 	}

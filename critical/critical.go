@@ -1,13 +1,20 @@
-// Package critical raises critical errors: failures of timeoutmill's own machinery (its store,
-// its dispatcher) that lasted longer than they may, after which the endpoint cannot do its job and
-// should stop. A CircuitBreaker watches one stage; an Action decides what happens when it trips.
+// Package critical is what a user of timeoutmill sees of its critical errors: failures of its own
+// machinery (its store, its broker) that lasted longer than they may, after which the endpoint
+// cannot do its job and should stop. A Manager raises them as *Error (timeouts.CriticalError) to
+// timeouts.Config.OnCriticalError and Manager.Err; find one with errors.As, and its cause with
+// errors.Is (ErrNoAnswer for calls that never returned).
 //
-// It knows nothing of Watermill routers; package timeouts supplies the default action, which logs
-// the error and closes the router.
+//	var critErr *critical.Error
+//	if errors.As(manager.Err(), &critErr) && critErr.Message == critical.FetchMessage { ... }
+//
+// It knows nothing of Watermill routers; the circuit breakers that raise these errors are
+// configured through timeouts.Config's waits (TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages
+// and the others), and the default action, in package timeouts, logs the error and closes the
+// router.
 package critical
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -43,6 +50,7 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Action is what is done about a critical error. It is called once per tripped breaker, on a
-// goroutine of its own, so it may block (for example while it closes a router).
-type Action func(ctx context.Context, err *Error)
+// ErrNoAnswer is the error of a critical error raised because calls to a store or a broker went
+// on for the whole wait with no success: none returned, or those that did failed. Find it with
+// errors.Is.
+var ErrNoAnswer = errors.New("no answer")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/critical"
 	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/internal/configerr"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/internal/storeopen"
@@ -242,7 +243,7 @@ func (c *Config) setDefaults() {
 		c.TimeToTriggerDispatchCircuitBreaker = DefaultTimeToTriggerDispatchCircuitBreaker
 	}
 	if c.RetryDelay == 0 {
-		c.RetryDelay = critical.DefaultRetryDelay
+		c.RetryDelay = breaker.DefaultRetryDelay
 	}
 }
 

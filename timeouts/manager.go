@@ -12,6 +12,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/critical"
 	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/persistence"
@@ -29,7 +30,7 @@ type Manager struct {
 	dispatch     *satellites.Dispatch
 	poller       *poller
 	publisher    *Publisher
-	breakers     []*critical.CircuitBreaker
+	breakers     []*breaker.CircuitBreaker
 	breakerNames []string // breakers[i]'s name
 	metrics      *metrics
 	tracing      tracing
@@ -72,8 +73,8 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 	m.tracing = newTracing(config.TracerProvider)
 
 	var breakerNames []string
-	newBreaker := func(name string, wait time.Duration, msg string) (*critical.CircuitBreaker, error) {
-		b, err := critical.NewCircuitBreaker(critical.BreakerConfig{
+	newBreaker := func(name string, wait time.Duration, msg string) (*breaker.CircuitBreaker, error) {
+		b, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 			Name: name, TimeToWait: wait, Message: msg, RetryDelay: config.RetryDelay, CallTimeout: config.CallTimeout, OnTrip: m.raise,
 			OnFailure: func(err error) { m.metrics.onFailure(name); m.failures.note(name, err) },
 		})
@@ -96,7 +97,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		return nil, err
 	}
 
-	recoveryBreaker, err := critical.NewRateBreaker(critical.RateBreakerConfig{
+	recoveryBreaker, err := breaker.NewRateBreaker(breaker.RateBreakerConfig{
 		Name: "recovery", MaxFailuresPerSecond: config.MaximumRecoveryFailuresPerSecond,
 		Message: critical.RecoveryMessage, OnTrip: m.raise,
 		OnFailure: func(error) { m.metrics.onFailure("recovery") },

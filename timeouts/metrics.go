@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
@@ -26,7 +26,7 @@ type metrics struct {
 // poller held back by an outage.
 var latenessBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
-func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.Store, breakers []*critical.CircuitBreaker, breakerNames []string) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.Store, breakers []*breaker.CircuitBreaker, breakerNames []string) (*metrics, error) {
 	labels := prometheus.Labels{"endpoint": endpoint}
 	m := &metrics{
 		stored: prometheus.NewCounter(prometheus.CounterOpts{

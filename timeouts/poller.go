@@ -8,8 +8,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/timeoutmill/timeoutmill/critical"
 	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
@@ -29,10 +29,10 @@ type poller struct {
 	interval   time.Duration
 	batch      int
 	lease      time.Duration
-	claimAs    string                   // the instance recorded on claims (persistence.Claimer); "" for none
-	retryDelay time.Duration            // the breakers' RetryDelay: how long dispatch.Failure waits
-	fetch      *critical.CircuitBreaker // storage failures
-	dispatch   *critical.CircuitBreaker // dispatcher queue failures
+	claimAs    string                  // the instance recorded on claims (persistence.Claimer); "" for none
+	retryDelay time.Duration           // the breakers' RetryDelay: how long dispatch.Failure waits
+	fetch      *breaker.CircuitBreaker // storage failures
+	dispatch   *breaker.CircuitBreaker // dispatcher queue failures
 	stop       *lifecycle
 	logger     watermill.LoggerAdapter
 	// lead is how long before their due time claimed ids are announced: announceLead on a

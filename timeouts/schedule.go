@@ -11,7 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -180,7 +180,7 @@ func (m *Manager) bounded(ctx context.Context) (context.Context, context.CancelF
 	if _, ok := ctx.Deadline(); ok {
 		return context.WithCancel(ctx)
 	}
-	return context.WithTimeout(ctx, cmp.Or(m.cfg.CallTimeout, critical.DefaultCallTimeout))
+	return context.WithTimeout(ctx, cmp.Or(m.cfg.CallTimeout, breaker.DefaultCallTimeout))
 }
 
 // waitReady waits until the store is set up, the manager stopped, or ctx is done.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/critical"
 	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
@@ -109,7 +110,7 @@ type batchBundle struct {
 func setupBatch(t *testing.T, mutate func(*satellites.DispatchConfig)) *batchBundle {
 	t.Helper()
 	b := &batchBundle{store: &batchStore{memStore: memory.New()}, published: &slowPublisher{}}
-	breaker, err := critical.NewCircuitBreaker(critical.BreakerConfig{
+	breaker, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 		Name: "dispatch", TimeToWait: time.Hour, Message: critical.DispatchMessage,
 		RetryDelay: time.Millisecond, OnTrip: func(*critical.Error) {},
 	})
@@ -300,7 +301,7 @@ func TestMaxBatchOneDispatchesEachAlone(t *testing.T) {
 // storeSatellite returns a store satellite on b's store and publisher.
 func (b *batchBundle) storeSatellite(t *testing.T, stored func(time.Time)) *satellites.Store {
 	t.Helper()
-	breaker, err := critical.NewCircuitBreaker(critical.BreakerConfig{
+	breaker, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 		Name: "store", TimeToWait: time.Hour, Message: critical.StoreMessage,
 		RetryDelay: time.Millisecond, OnTrip: func(*critical.Error) {},
 	})
@@ -436,7 +437,7 @@ func TestBatchDispatchNeverForwardsOneIDInTwoBatchesAtOnce(t *testing.T) {
 	t.Parallel()
 	published := &gatedPublisher{topic: "slow", gate: make(chan struct{}), started: make(chan struct{})}
 	b := &batchBundle{store: &batchStore{memStore: memory.New()}}
-	breaker, err := critical.NewCircuitBreaker(critical.BreakerConfig{
+	breaker, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 		Name: "dispatch", TimeToWait: time.Hour, Message: critical.DispatchMessage,
 		RetryDelay: time.Millisecond, OnTrip: func(*critical.Error) {},
 	})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/critical"
 	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
@@ -90,7 +91,7 @@ func TestConnectionThatStaysAwayTripsTheDispatchBreaker(t *testing.T) {
 	t.Parallel()
 	trips := &tripLog{}
 	b := setupDispatch(t, func(c *satellites.DispatchConfig) {
-		breaker, err := critical.NewCircuitBreaker(critical.BreakerConfig{
+		breaker, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 			Name: "dispatch", TimeToWait: 300 * time.Millisecond, Message: critical.DispatchMessage,
 			RetryDelay: 50 * time.Millisecond, OnTrip: trips.record,
 		})

@@ -11,8 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/timeoutmill/timeoutmill/critical"
 	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/internal/connloss"
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
@@ -41,14 +41,14 @@ type DispatchConfig struct {
 	ErrorQueue *errorqueue.Queue
 	// Breaker watches storage and forwarding failures (TimeToTriggerDispatchCircuitBreaker).
 	// Required.
-	Breaker *critical.CircuitBreaker
+	Breaker *breaker.CircuitBreaker
 	// NumberOfRetries is how many times forwarding a due message is retried after its first
 	// failed attempt before it goes to the error queue: 0 means one attempt in all. A forward
 	// that failed with the connection is not an attempt (see connectionLost).
 	NumberOfRetries int
 	// RecoveryBreaker counts failures to record a failed forwarding attempt
 	// (MaximumRecoveryFailuresPerSecond). Optional.
-	RecoveryBreaker *critical.RateBreaker
+	RecoveryBreaker *breaker.RateBreaker
 	// Forwarder, when set, delivers each due message and removes its timeout in one step (exactly
 	// once, where the transport shares the store's database). Defaults to publishing with
 	// Publisher, then removing from Store (at least once).

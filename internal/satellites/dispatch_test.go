@@ -15,6 +15,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/critical"
 	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/persistence"
@@ -35,7 +36,7 @@ type dispatchBundle struct {
 func setupDispatch(t *testing.T, mutate func(*satellites.DispatchConfig)) *dispatchBundle {
 	t.Helper()
 	b := &dispatchBundle{store: &brokenStore{innerStore: memory.New()}, published: &recordingPublisher{}, trips: &tripLog{}}
-	breaker, err := critical.NewCircuitBreaker(critical.BreakerConfig{
+	breaker, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 		Name: "dispatch", TimeToWait: time.Hour, Message: critical.DispatchMessage,
 		RetryDelay: time.Millisecond, OnTrip: b.trips.record,
 	})
@@ -137,7 +138,7 @@ func TestMalformedDispatcherMessageGoesToTheErrorQueueAtOnce(t *testing.T) {
 func TestFailingToRecordFailuresTripsTheRecoveryBreakerAndKeepsTheMessage(t *testing.T) {
 	t.Parallel()
 	recovery := &tripLog{}
-	breaker, err := critical.NewRateBreaker(critical.RateBreakerConfig{
+	breaker, err := breaker.NewRateBreaker(breaker.RateBreakerConfig{
 		Name: "recovery", MaxFailuresPerSecond: 1, Message: critical.RecoveryMessage, OnTrip: recovery.record,
 	})
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/critical"
 	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/persistence"
@@ -46,7 +47,7 @@ func newDispatch(t *testing.T, store persistence.Store, fwd satellites.Forwarder
 	t.Helper()
 	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })
-	breaker, err := critical.NewCircuitBreaker(critical.BreakerConfig{
+	breaker, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 		Name: "dispatch", TimeToWait: time.Hour, Message: critical.DispatchMessage, RetryDelay: time.Millisecond, OnTrip: func(*critical.Error) {},
 	})
 	require.NoError(t, err)

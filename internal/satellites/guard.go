@@ -5,7 +5,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
@@ -15,7 +15,7 @@ import (
 // so the critical error comes on time even if the call never returns.
 
 // guarded runs one call of a stage through its breaker.
-func guarded[T any](ctx context.Context, b *critical.CircuitBreaker, call func(context.Context) (T, error)) (T, error) {
+func guarded[T any](ctx context.Context, b *breaker.CircuitBreaker, call func(context.Context) (T, error)) (T, error) {
 	ctx, end := b.Call(ctx)
 	v, err := call(ctx)
 	end(err)
@@ -25,7 +25,7 @@ func guarded[T any](ctx context.Context, b *critical.CircuitBreaker, call func(c
 // guardedCalls makes a store's batch calls through a breaker.
 type guardedCalls struct {
 	calls   persistence.BatchStore
-	breaker *critical.CircuitBreaker
+	breaker *breaker.CircuitBreaker
 }
 
 func (g guardedCalls) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
@@ -40,14 +40,14 @@ func (g guardedCalls) RemoveMany(ctx context.Context, ids []string) ([]string, e
 	return guarded(ctx, g.breaker, func(ctx context.Context) ([]string, error) { return g.calls.RemoveMany(ctx, ids) })
 }
 
-// GuardedPublisher publishes through a breaker: each Publish is a call (critical.CircuitBreaker's
+// GuardedPublisher publishes through a breaker: each Publish is a call (breaker.CircuitBreaker's
 // Call), and each message published carries the call's deadline in its context for the length of
 // the Publish, which transports that wait for the broker's confirmation honour. The messages get
 // their own contexts back afterwards, so a message published again (to the error queue, say) is
 // not published with a deadline that has passed.
 type GuardedPublisher struct {
 	message.Publisher
-	Breaker *critical.CircuitBreaker
+	Breaker *breaker.CircuitBreaker
 }
 
 // Publish publishes msgs to topic within the breaker's call deadline.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/critical"
 	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/persistence"
@@ -82,7 +83,7 @@ type parkBundle struct {
 	dispatch  *satellites.Dispatch
 	store     *parkingStore
 	published *sizeLimitPublisher
-	breaker   *critical.CircuitBreaker
+	breaker   *breaker.CircuitBreaker
 	trips     *tripLog
 	parked    atomic.Int64 // OnParked calls
 }
@@ -93,7 +94,7 @@ func setupPark(t *testing.T, wait time.Duration, mutate func(*satellites.Dispatc
 	t.Helper()
 	b := &parkBundle{store: &parkingStore{memStore: memory.New()}, published: &sizeLimitPublisher{}, trips: &tripLog{}}
 	var err error
-	b.breaker, err = critical.NewCircuitBreaker(critical.BreakerConfig{
+	b.breaker, err = breaker.NewCircuitBreaker(breaker.BreakerConfig{
 		Name: "dispatch", TimeToWait: wait, Message: critical.DispatchMessage,
 		RetryDelay: time.Millisecond, OnTrip: b.trips.record,
 	})
@@ -227,7 +228,7 @@ func TestStoreWithoutParkerRetriesUntilTheBreakerTrips(t *testing.T) {
 	const wait = 300 * time.Millisecond
 	trips := &tripLog{}
 	b := setupDispatch(t, func(c *satellites.DispatchConfig) {
-		breaker, err := critical.NewCircuitBreaker(critical.BreakerConfig{
+		breaker, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 			Name: "dispatch", TimeToWait: wait, Message: critical.DispatchMessage,
 			RetryDelay: 20 * time.Millisecond, OnTrip: trips.record,
 		})

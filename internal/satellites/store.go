@@ -9,7 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
@@ -25,7 +25,7 @@ type StoreConfig struct {
 	// ErrorQueue receives messages that can never be stored. Required.
 	ErrorQueue *errorqueue.Queue
 	// Breaker watches storage failures (TimeToTriggerStoreCircuitBreaker). Required.
-	Breaker *critical.CircuitBreaker
+	Breaker *breaker.CircuitBreaker
 	// OnStored is told the due time of each newly stored timeout, so the poller can wake early.
 	// Optional.
 	OnStored func(due time.Time)

@@ -1,8 +1,10 @@
-package critical
+package breaker
 
 import (
 	"sync"
 	"time"
+
+	"github.com/timeoutmill/timeoutmill/critical"
 )
 
 // DefaultRateWindow is the window over which a RateBreaker counts failures.
@@ -21,7 +23,7 @@ type RateBreakerConfig struct {
 	// Message is the critical error's text. Required.
 	Message string
 	// OnTrip receives the critical error. Required.
-	OnTrip func(*Error)
+	OnTrip func(*critical.Error)
 	// OnFailure is told of every failure, for metrics. Optional.
 	OnFailure func(error)
 }
@@ -97,7 +99,7 @@ func (b *RateBreaker) Failure(err error) {
 	since := b.opened
 	b.mu.Unlock()
 	if trip {
-		b.cfg.OnTrip(&Error{Breaker: b.cfg.Name, Message: b.cfg.Message, Err: err, FailingSince: since})
+		b.cfg.OnTrip(&critical.Error{Breaker: b.cfg.Name, Message: b.cfg.Message, Err: err, FailingSince: since})
 	}
 }
 

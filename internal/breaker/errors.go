@@ -1,4 +1,4 @@
-package critical
+package breaker
 
 import (
 	"fmt"

@@ -1,16 +1,17 @@
-package critical
+// Package breaker holds the circuit breakers that raise critical errors (package critical): a
+// CircuitBreaker per stage of the timeout manager (fetch, store, dispatch), which trips when the
+// stage has gone without a success for longer than its wait, and a RateBreaker for failures that
+// come too often. Users do not configure them directly: they set timeouts.Config's waits.
+package breaker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
-)
 
-// ErrNoAnswer is the error of a critical error raised because calls to a store or a broker went
-// on for the whole wait with no success: none returned, or those that did failed.
-var ErrNoAnswer = errors.New("no answer")
+	"github.com/timeoutmill/timeoutmill/critical"
+)
 
 // DefaultRetryDelay is how long a failing stage waits before it tries again.
 const DefaultRetryDelay = time.Second
@@ -27,7 +28,7 @@ type BreakerConfig struct {
 	// this often rather than spinning. Defaults to DefaultRetryDelay.
 	RetryDelay time.Duration
 	// OnTrip receives the critical error. Required.
-	OnTrip func(*Error)
+	OnTrip func(*critical.Error)
 	// OnFailure is told of every failure, for metrics. Optional.
 	OnFailure func(error)
 	// CallTimeout bounds each call made through Call: past it the call's context is done, so the
@@ -223,15 +224,15 @@ func (b *CircuitBreaker) watchFired() {
 	b.tripped = true
 	err := b.lastErr
 	if err == nil {
-		err = fmt.Errorf("%w: %s with calls in flight and no success", ErrNoAnswer, b.cfg.TimeToWait)
+		err = fmt.Errorf("%w: %s with calls in flight and no success", critical.ErrNoAnswer, b.cfg.TimeToWait)
 	} else {
-		err = fmt.Errorf("%w: %s with calls in flight and no success; the last failure: %w", ErrNoAnswer, b.cfg.TimeToWait, err)
+		err = fmt.Errorf("%w: %s with calls in flight and no success; the last failure: %w", critical.ErrNoAnswer, b.cfg.TimeToWait, err)
 	}
 	since := b.busySince
 	if !b.since.IsZero() && b.since.Before(since) {
 		since = b.since
 	}
-	e := &Error{Breaker: b.cfg.Name, Message: b.cfg.Message, Err: err, FailingSince: since}
+	e := &critical.Error{Breaker: b.cfg.Name, Message: b.cfg.Message, Err: err, FailingSince: since}
 	b.mu.Unlock()
 	b.cfg.OnTrip(e)
 }
@@ -295,7 +296,7 @@ func (b *CircuitBreaker) trip(gen uint64) {
 		return
 	}
 	b.tripped = true
-	e := &Error{Breaker: b.cfg.Name, Message: b.cfg.Message, Err: b.lastErr, FailingSince: b.since}
+	e := &critical.Error{Breaker: b.cfg.Name, Message: b.cfg.Message, Err: b.lastErr, FailingSince: b.since}
 	b.mu.Unlock()
 	b.cfg.OnTrip(e)
 }

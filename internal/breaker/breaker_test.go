@@ -1,4 +1,4 @@
-package critical_test
+package breaker_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 )
 
 type tripRecorder struct {
@@ -29,10 +30,10 @@ func (r *tripRecorder) all() []*critical.Error {
 	return append([]*critical.Error(nil), r.errs...)
 }
 
-func newBreaker(t *testing.T, wait time.Duration) (*critical.CircuitBreaker, *tripRecorder) {
+func newBreaker(t *testing.T, wait time.Duration) (*breaker.CircuitBreaker, *tripRecorder) {
 	t.Helper()
 	rec := &tripRecorder{}
-	b, err := critical.NewCircuitBreaker(critical.BreakerConfig{
+	b, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 		Name:       "fetch",
 		TimeToWait: wait,
 		Message:    critical.FetchMessage,
@@ -111,7 +112,7 @@ func TestBreakerRearmsAfterSuccess(t *testing.T) {
 func TestBreakerFailureHoldsCallerBack(t *testing.T) {
 	t.Parallel()
 	rec := &tripRecorder{}
-	b, err := critical.NewCircuitBreaker(critical.BreakerConfig{
+	b, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 		Name: "store", TimeToWait: time.Hour, Message: critical.StoreMessage,
 		RetryDelay: 50 * time.Millisecond, OnTrip: rec.record,
 	})
@@ -131,8 +132,8 @@ func TestBreakerFailureHoldsCallerBack(t *testing.T) {
 
 func TestBreakerConfigValidate(t *testing.T) {
 	t.Parallel()
-	_, err := critical.NewCircuitBreaker(critical.BreakerConfig{Name: "x", Message: "m", OnTrip: func(*critical.Error) {}})
-	require.ErrorIs(t, err, critical.ErrInvalidConfig)
+	_, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{Name: "x", Message: "m", OnTrip: func(*critical.Error) {}})
+	require.ErrorIs(t, err, breaker.ErrInvalidConfig)
 	require.ErrorContains(t, err, "TimeToWait must be positive")
 }
 

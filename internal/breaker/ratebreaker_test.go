@@ -1,4 +1,4 @@
-package critical_test
+package breaker_test
 
 import (
 	"errors"
@@ -8,12 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 )
 
-func newRateBreaker(t *testing.T, perSecond int, window time.Duration) (*critical.RateBreaker, *tripRecorder) {
+func newRateBreaker(t *testing.T, perSecond int, window time.Duration) (*breaker.RateBreaker, *tripRecorder) {
 	t.Helper()
 	rec := &tripRecorder{}
-	b, err := critical.NewRateBreaker(critical.RateBreakerConfig{
+	b, err := breaker.NewRateBreaker(breaker.RateBreakerConfig{
 		Name: "recovery", MaxFailuresPerSecond: perSecond, Window: window,
 		Message: critical.RecoveryMessage, OnTrip: rec.record,
 	})
@@ -62,7 +63,7 @@ func TestRateBreakerCountsAgainInANewWindow(t *testing.T) {
 
 func TestRateBreakerConfigValidate(t *testing.T) {
 	t.Parallel()
-	_, err := critical.NewRateBreaker(critical.RateBreakerConfig{Name: "recovery", Message: "m", OnTrip: func(*critical.Error) {}})
-	require.ErrorIs(t, err, critical.ErrInvalidConfig)
+	_, err := breaker.NewRateBreaker(breaker.RateBreakerConfig{Name: "recovery", Message: "m", OnTrip: func(*critical.Error) {}})
+	require.ErrorIs(t, err, breaker.ErrInvalidConfig)
 	require.ErrorContains(t, err, "MaxFailuresPerSecond must be positive, got 0")
 }

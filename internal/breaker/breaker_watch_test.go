@@ -1,4 +1,4 @@
-package critical_test
+package breaker_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
 )
 
 // A call that never returns (a black-holed network) reports no failure; the breaker trips all the
@@ -81,7 +82,7 @@ func TestBreakerCallsThatEndTripNothing(t *testing.T) {
 func TestBreakerCallHasADeadline(t *testing.T) {
 	t.Parallel()
 	rec := &tripRecorder{}
-	b, err := critical.NewCircuitBreaker(critical.BreakerConfig{
+	b, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 		Name: "store", TimeToWait: time.Hour, Message: critical.StoreMessage, CallTimeout: 50 * time.Millisecond,
 		OnTrip: rec.record,
 	})
@@ -97,7 +98,7 @@ func TestBreakerCallHasADeadline(t *testing.T) {
 	require.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
 
 	// The default: 10 s, or the wait when shorter.
-	short, err := critical.NewCircuitBreaker(critical.BreakerConfig{
+	short, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 		Name: "fetch", TimeToWait: 2 * time.Second, Message: critical.FetchMessage, OnTrip: rec.record,
 	})
 	require.NoError(t, err)
@@ -107,7 +108,7 @@ func TestBreakerCallHasADeadline(t *testing.T) {
 	dl, _ = ctx.Deadline()
 	require.WithinDuration(t, time.Now().Add(2*time.Second), dl, time.Second)
 
-	long, err := critical.NewCircuitBreaker(critical.BreakerConfig{
+	long, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 		Name: "fetch", TimeToWait: time.Hour, Message: critical.FetchMessage, OnTrip: rec.record,
 	})
 	require.NoError(t, err)
@@ -115,12 +116,12 @@ func TestBreakerCallHasADeadline(t *testing.T) {
 	ctx, end = long.Call(context.Background())
 	defer end(nil)
 	dl, _ = ctx.Deadline()
-	require.WithinDuration(t, time.Now().Add(critical.DefaultCallTimeout), dl, time.Second)
+	require.WithinDuration(t, time.Now().Add(breaker.DefaultCallTimeout), dl, time.Second)
 
-	_, err = critical.NewCircuitBreaker(critical.BreakerConfig{
+	_, err = breaker.NewCircuitBreaker(breaker.BreakerConfig{
 		Name: "x", TimeToWait: time.Second, Message: "m", CallTimeout: -time.Second, OnTrip: rec.record,
 	})
-	require.ErrorIs(t, err, critical.ErrInvalidConfig)
+	require.ErrorIs(t, err, breaker.ErrInvalidConfig)
 	require.ErrorContains(t, err, "CallTimeout must not be negative")
 }
 
