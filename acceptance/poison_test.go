@@ -9,6 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
@@ -69,7 +70,7 @@ func TestPoisonMessagesEndOnTheErrorQueueAndServiceGoesOn(t *testing.T) {
 		// Many ids whose count header says otherwise: the message goes whole, as it came.
 		e.publishRaw(t, dispatcherQueue, amqp.Publishing{
 			MessageId: "miscounted-ids", Body: []byte("id-1\nid-2\n"),
-			Headers: amqp.Table{wire.HeaderDispatchIDs: "3"},
+			Headers: amqp.Table{dispatcherqueue.HeaderDispatchIDs: "3"},
 		})
 		got = await(t, errs, lateBound)
 		require.Equal(t, "miscounted-ids", got.msg.UUID)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/critical"
 	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/announce"
 	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/internal/configerr"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
@@ -47,7 +48,7 @@ var ErrInvalidConfig = configerr.ErrInvalidConfig
 const (
 	DefaultPollInterval                                            = time.Minute
 	DefaultClaimBatchSize                                          = 500
-	DefaultAnnouncementIDs                                         = dispatcherqueue.DefaultIDsPerMessage
+	DefaultAnnouncementIDs                                         = announce.DefaultIDsPerMessage
 	DefaultClaimLease                                              = time.Minute
 	DefaultTimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages = 2 * time.Minute
 	DefaultTimeToTriggerStoreCircuitBreaker                        = 30 * time.Second

@@ -12,6 +12,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/critical"
 	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/announce"
 	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
@@ -122,7 +123,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 	dispatchErrors := errorqueue.New(satellites.GuardedPublisher{Publisher: config.Publisher, Breaker: dispatchBreaker}, config.ErrorQueue)
 	m.poller = &poller{
 		store:      config.Store,
-		announcer:  dispatcherqueue.NewPublisher(config.Publisher, config.Endpoint, 0, config.AnnouncementIDs),
+		announcer:  announce.NewPublisher(config.Publisher, config.Endpoint, 0, config.AnnouncementIDs),
 		interval:   config.PollInterval,
 		batch:      config.ClaimBatchSize,
 		lease:      config.ClaimLease,

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/announce"
 	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
@@ -20,12 +20,12 @@ import (
 // due time or PollInterval, whichever is sooner, and wake wakes it early for a newly stored,
 // earlier timeout. It wakes a little before that time and claims what is due at it, so that the
 // claim is done when the time comes, and announces those ids a lead before it, saying when they
-// are due (wire.HeaderDispatchAt): the dispatch satellite holds the announcement until then and
+// are due (dispatcherqueue.HeaderDispatchAt): the dispatch satellite holds the announcement until then and
 // reads the store at the due time, so the announcement's trip is off the path from due to
 // delivery, and nothing is delivered early.
 type poller struct {
 	store      persistence.Store
-	announcer  *dispatcherqueue.Publisher
+	announcer  *announce.Publisher
 	interval   time.Duration
 	batch      int
 	lease      time.Duration
@@ -279,7 +279,7 @@ func (p *poller) announceClaimed(ctx context.Context, ids []string, claimedAt, d
 			p.dispatch.Success()
 			return
 		}
-		var na *dispatcherqueue.NotAnnouncedError
+		var na *announce.NotAnnouncedError
 		if errors.As(err, &na) {
 			ids = na.IDs
 		}

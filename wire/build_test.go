@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
@@ -59,7 +60,7 @@ func TestIsRoutingHeader(t *testing.T) {
 	}
 	for _, k := range []string{
 		"", "Timeout.Expire", "timeout.expire ", "timeout.", "correlation_id", "traceparent",
-		wire.HeaderDispatchIDs, wire.HeaderDispatchAt,
+		dispatcherqueue.HeaderDispatchIDs, dispatcherqueue.HeaderDispatchAt,
 		wire.HeaderFailureReason, wire.HeaderFailureQueue, wire.HeaderFailureHandler, wire.HeaderFailureTime,
 		wire.HeaderFailureAttempts, wire.HeaderFailureDelayedRetries,
 		wire.HeaderRetryIgnoreUntil, wire.HeaderRetryAttempts, wire.HeaderRetryDelayedRetries, wire.HeaderRetryDeferredPass,

@@ -74,18 +74,6 @@ const (
 	// HeaderWatermillDelayedUntil.
 	HeaderWatermillDelayedFor = "_watermill_delayed_for"
 
-	// HeaderDispatchIDs marks a TimeoutsDispatcher message that carries many timeout ids: its
-	// value is their count (a decimal integer), and the payload holds that many ids, each ended
-	// by a line feed. A message without it carries one id, the whole payload.
-	HeaderDispatchIDs = "dispatch.ids"
-
-	// HeaderDispatchAt, on a TimeoutsDispatcher message, is the time (RFC 3339, fractional
-	// seconds allowed) by which every id the message carries is due. A poller announces a claim
-	// a little before it, and the dispatch satellite waits until then before it looks the ids up,
-	// so that the announcement's trip is off the path from due to delivery. Optional: without it
-	// the ids are dispatched at once.
-	HeaderDispatchAt = "dispatch.at"
-
 	// HeaderFailureReason says, in words, why a message ended on the error queue.
 	HeaderFailureReason = "failure.reason"
 	// HeaderFailureQueue names the queue a message failed in.
@@ -132,8 +120,8 @@ var ErrInvalidName = errors.New("wire: invalid name")
 // TimeoutsQueue is the queue delayed messages for endpoint arrive on.
 func TimeoutsQueue(endpoint string) string { return endpoint + timeoutsSuffix }
 
-// DispatcherQueue is the queue that carries the ids of due timeouts of endpoint: one per message,
-// or many with HeaderDispatchIDs.
+// DispatcherQueue is the queue that carries the ids of due timeouts of endpoint, in the format of
+// package dispatcherqueue.
 func DispatcherQueue(endpoint string) string { return endpoint + dispatcherSuffix }
 
 // DeferredQueue is the deferred queue of one running instance of endpoint. It is never shared.

@@ -159,7 +159,7 @@ func handleAtOnce(d *satellites.Dispatch, ids []string) []error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = d.Handle(dispatcherqueue.NewMessage(id))
+			errs[i] = d.Handle(dispatcherqueue.Encode(id))
 		}()
 	}
 	wg.Wait()
@@ -452,11 +452,11 @@ func TestBatchDispatchNeverForwardsOneIDInTwoBatchesAtOnce(t *testing.T) {
 	others := b.storeDue(t, 20, "fast")
 
 	first := make(chan error, 1)
-	go func() { first <- b.dispatch.Handle(dispatcherqueue.NewMessage(twice)) }()
+	go func() { first <- b.dispatch.Handle(dispatcherqueue.Encode(twice)) }()
 	<-published.started // the first batch is forwarding the id
 	second := make(chan error, 1)
 	go func() {
-		second <- b.dispatch.Handle(dispatcherqueue.NewBatchMessage(append(append([]string(nil), others...), twice)))
+		second <- b.dispatch.Handle(dispatcherqueue.Encode(append(append([]string(nil), others...), twice)...))
 	}()
 	// Enough ids for a batch of their own, beside the first: they are forwarded while it waits.
 	require.Eventually(t, func() bool { return len(published.to("fast")) == len(others) }, 30*time.Second, time.Millisecond,

@@ -104,7 +104,7 @@ func TestConnectionThatStaysAwayTripsTheDispatchBreaker(t *testing.T) {
 	start := time.Now()
 	for len(trips.all()) == 0 {
 		require.Less(t, time.Since(start), time.Minute, "the breaker trips once the connection stayed away past its wait")
-		err := b.dispatch.Handle(dispatcherqueue.NewMessage(timeout.ID))
+		err := b.dispatch.Handle(dispatcherqueue.Encode(timeout.ID))
 		require.Error(t, err, "nacked: the timeout stays for the next attempt")
 		require.ErrorIs(t, err, amqp.ErrClosed)
 	}

@@ -141,14 +141,14 @@ func (d *Dispatch) Name() string { return d.queue }
 func (d *Dispatch) Queue() string { return d.queue }
 
 // maxHold bounds how long Handle waits for the time a dispatcher message says its ids are due by
-// (wire.HeaderDispatchAt): a poller announces ahead by a few tens of milliseconds. The ids of a
+// (dispatcherqueue.HeaderDispatchAt): a poller announces ahead by a few tens of milliseconds. The ids of a
 // message that says a later time are looked up at once, and those not due are given back to the
 // store (never early).
 const maxHold = time.Second
 
 // Handle dispatches the timeouts whose ids msg carries, together with the ids of other messages
 // being handled at the same time. A message that says when its ids are due
-// (wire.HeaderDispatchAt) is held until then, up to maxHold, before they are looked up: the
+// (dispatcherqueue.HeaderDispatchAt) is held until then, up to maxHold, before they are looked up: the
 // store is read at the due time, so a Cancel until then still wins. It acks msg (returns nil)
 // once every id in it is forwarded, known gone, moved to the error queue or parked; otherwise it
 // nacks it, and the redelivery skips the ids already dispatched, which are gone from the store by
@@ -335,7 +335,7 @@ func (d *Dispatch) unreadable(x due, cause error) error {
 		watermill.LogFields{"timeout_id": x.id, "error_queue": d.cfg.ErrorQueue.Topic()})
 	poison := x.msg
 	if x.many {
-		poison = dispatcherqueue.NewMessage(x.id)
+		poison = dispatcherqueue.Encode(x.id)
 		poison.SetContext(x.msg.Context())
 	}
 	if err := d.cfg.ErrorQueue.Send(poison, errorqueue.Failure{Reason: reason, Queue: d.queue, Handler: d.Name(), Attempts: 1}); err != nil {

@@ -74,7 +74,7 @@ func (b *dispatchBundle) storeDue(t *testing.T, destination string) persistence.
 func (b *dispatchBundle) deliverUntilAcked(t *testing.T, id string, limit int) int {
 	t.Helper()
 	for n := 1; n <= limit; n++ {
-		if err := b.dispatch.Handle(dispatcherqueue.NewMessage(id)); err == nil {
+		if err := b.dispatch.Handle(dispatcherqueue.Encode(id)); err == nil {
 			return n
 		}
 	}
@@ -148,7 +148,7 @@ func TestFailingToRecordFailuresTripsTheRecoveryBreakerAndKeepsTheMessage(t *tes
 	timeout := b.storeDue(t, "payments")
 
 	for n := 1; n <= 31; n++ { // more than 1 per second over 30 s
-		err := b.dispatch.Handle(dispatcherqueue.NewMessage(timeout.ID))
+		err := b.dispatch.Handle(dispatcherqueue.Encode(timeout.ID))
 		require.ErrorIs(t, err, errStoreDown, "delivery %d must be nacked", n)
 	}
 	trips := recovery.all()
@@ -288,7 +288,7 @@ func TestForwardFailingDuringTheStopIsNotAnAttempt(t *testing.T) {
 
 	stopping.Store(true)
 	for range 3 { // NumberOfRetries is 0: a counted attempt would send it to the error queue
-		err := b.dispatch.Handle(dispatcherqueue.NewMessage(timeout.ID))
+		err := b.dispatch.Handle(dispatcherqueue.Encode(timeout.ID))
 		require.ErrorIs(t, err, context.Canceled, "nacked, and not logged as a failure by the router")
 	}
 	require.Empty(t, b.published.to(wire.DefaultErrorQueue))
@@ -302,7 +302,7 @@ func TestForwardThatMayHaveBeenDiscardedKeepsItsTimeout(t *testing.T) {
 	b := setupDispatch(t, func(c *satellites.DispatchConfig) { c.Interrupted = func() bool { return true } })
 	timeout := b.storeDue(t, "payments")
 
-	err := b.dispatch.Handle(dispatcherqueue.NewMessage(timeout.ID))
+	err := b.dispatch.Handle(dispatcherqueue.Encode(timeout.ID))
 	require.ErrorIs(t, err, context.Canceled)
 	require.Len(t, b.published.to("payments"), 1, "it was published")
 	_, err = b.store.Peek(context.Background(), timeout.ID)

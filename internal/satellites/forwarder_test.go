@@ -69,13 +69,13 @@ func TestForwarderDeliversAndRemovesInOneStep(t *testing.T) {
 	fwd := &txForwarder{store: store}
 	d, _ := newDispatch(t, store, fwd, 0)
 
-	require.NoError(t, d.Handle(dispatcherqueue.NewMessage("t1")))
+	require.NoError(t, d.Handle(dispatcherqueue.Encode("t1")))
 	require.Len(t, fwd.sent, 1)
 	require.Equal(t, "t1", fwd.sent[0].UUID)
 	require.Equal(t, "v", fwd.sent[0].Metadata.Get("h"))
 
 	// The dispatcher message is redelivered: the timeout is gone, nothing is forwarded twice.
-	require.NoError(t, d.Handle(dispatcherqueue.NewMessage("t1")))
+	require.NoError(t, d.Handle(dispatcherqueue.Encode("t1")))
 	require.Len(t, fwd.sent, 1)
 }
 
@@ -89,8 +89,8 @@ func TestForwarderFailureCountsAsAFailedForward(t *testing.T) {
 	errs, err := pubSub.Subscribe(ctx, "error")
 	require.NoError(t, err)
 
-	require.Error(t, d.Handle(dispatcherqueue.NewMessage("t2")), "first of two attempts: nacked for a retry")
-	require.NoError(t, d.Handle(dispatcherqueue.NewMessage("t2")), "second: to the error queue")
+	require.Error(t, d.Handle(dispatcherqueue.Encode("t2")), "first of two attempts: nacked for a retry")
+	require.NoError(t, d.Handle(dispatcherqueue.Encode("t2")), "second: to the error queue")
 	select {
 	case m := <-errs:
 		m.Ack()

@@ -29,8 +29,8 @@ func (b *dispatchBundle) storeClaimedAt(t *testing.T, destination string, due ti
 
 // announcedAhead is the dispatcher message that announces id as due by dueBy.
 func announcedAhead(id string, dueBy time.Time) *message.Message {
-	msg := dispatcherqueue.NewMessage(id)
-	msg.Metadata.Set(wire.HeaderDispatchAt, wireparse.FormatExpire(dueBy))
+	msg := dispatcherqueue.Encode(id)
+	msg.Metadata.Set(dispatcherqueue.HeaderDispatchAt, wireparse.FormatExpire(dueBy))
 	return msg
 }
 
@@ -102,10 +102,10 @@ func TestMalformedDispatchAtGoesToTheErrorQueue(t *testing.T) {
 	t.Parallel()
 	b := setupDispatch(t, nil)
 	timeout := b.storeDue(t, "payments")
-	msg := dispatcherqueue.NewMessage(timeout.ID)
-	msg.Metadata.Set(wire.HeaderDispatchAt, "tomorrow")
+	msg := dispatcherqueue.Encode(timeout.ID)
+	msg.Metadata.Set(dispatcherqueue.HeaderDispatchAt, "tomorrow")
 	require.NoError(t, b.dispatch.Handle(msg))
 	failed := b.published.only(t, wire.DefaultErrorQueue)
-	require.Contains(t, failed.Metadata.Get(wire.HeaderFailureReason), wire.HeaderDispatchAt)
+	require.Contains(t, failed.Metadata.Get(wire.HeaderFailureReason), dispatcherqueue.HeaderDispatchAt)
 	require.Empty(t, b.published.to("payments"))
 }

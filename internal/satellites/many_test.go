@@ -43,7 +43,7 @@ func TestManyIDMessageIsDispatchedAsABatch(t *testing.T) {
 	pay := b.storeDue(t, 100, "payments")
 	ship := b.storeDue(t, 100, "shipping")
 
-	require.NoError(t, b.dispatch.Handle(dispatcherqueue.NewBatchMessage(append(append([]string(nil), pay...), ship...))))
+	require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(append(append([]string(nil), pay...), ship...)...)))
 	requireEachOnce(t, b.published.to("payments"), pay)
 	requireEachOnce(t, b.published.to("shipping"), ship)
 	for _, m := range b.published.to("payments") {
@@ -73,7 +73,7 @@ func TestManyIDMessagesBeyondMaxBatch(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		manyErr = b.dispatch.Handle(dispatcherqueue.NewBatchMessage(many))
+		manyErr = b.dispatch.Handle(dispatcherqueue.Encode(many...))
 	}()
 	for _, err := range b.handleAll(single) {
 		require.NoError(t, err, "an older poller's one-id message")
@@ -95,7 +95,7 @@ func TestManyIDMessagePartlyFailedIsRedeliveredWithoutDuplicates(t *testing.T) {
 	b.published.refuse("payments")
 	pay := b.storeDue(t, 20, "payments")
 	ship := b.storeDue(t, 30, "shipping")
-	msg := dispatcherqueue.NewBatchMessage(append(append([]string(nil), ship...), pay...))
+	msg := dispatcherqueue.Encode(append(append([]string(nil), ship...), pay...)...)
 
 	err := b.dispatch.Handle(msg)
 	require.ErrorContains(t, err, "20 of the 50 due ids", "nacked for another attempt")
@@ -123,7 +123,7 @@ func TestManyIDMessageWhoseRemovalFailedIsNotForwardedAgain(t *testing.T) {
 	b := setupBatch(t, nil)
 	b.store.removeErr = errors.New("connection reset")
 	ids := b.storeDue(t, 40, "payments")
-	msg := dispatcherqueue.NewBatchMessage(ids)
+	msg := dispatcherqueue.Encode(ids...)
 	require.NoError(t, b.dispatch.Handle(msg))
 	require.NoError(t, b.dispatch.Handle(msg), "a duplicate delivery of the message")
 	requireEachOnce(t, b.published.to("payments"), ids)
@@ -142,11 +142,11 @@ func TestPoisonInAManyIDMessageGoesToTheErrorQueueAlone(t *testing.T) {
 	poison := ids[4]
 	b.store.corrupt(poison)
 
-	msg := dispatcherqueue.NewBatchMessage(ids)
+	msg := dispatcherqueue.Encode(ids...)
 	require.NoError(t, b.dispatch.Handle(msg))
 	failed := b.published.only(t, wire.DefaultErrorQueue)
 	require.Equal(t, poison, string(failed.Payload), "the poison id alone")
-	require.Empty(t, failed.Metadata.Get(wire.HeaderDispatchIDs), "in the one-id format")
+	require.Empty(t, failed.Metadata.Get(dispatcherqueue.HeaderDispatchIDs), "in the one-id format")
 	require.NotEqual(t, msg.UUID, failed.UUID)
 	require.Contains(t, failed.Metadata.Get(wire.HeaderFailureReason), "cannot be read from the store")
 	requireEachOnce(t, b.published.to("payments"), append(append([]string(nil), ids[:4]...), ids[5:]...))
@@ -163,8 +163,8 @@ func TestMalformedManyIDMessageGoesToTheErrorQueueWhole(t *testing.T) {
 	t.Parallel()
 	b := setupBatch(t, nil)
 	ids := b.storeDue(t, 3, "payments")
-	msg := dispatcherqueue.NewBatchMessage(ids)
-	msg.Metadata.Set(wire.HeaderDispatchIDs, "4")
+	msg := dispatcherqueue.Encode(ids...)
+	msg.Metadata.Set(dispatcherqueue.HeaderDispatchIDs, "4")
 	require.NoError(t, b.dispatch.Handle(msg))
 	failed := b.published.to(wire.DefaultErrorQueue)
 	require.Len(t, failed, 1)
@@ -180,7 +180,7 @@ func TestManyIDMessageThroughABatchForwarder(t *testing.T) {
 	fwd := &txBatchForwarder{}
 	b := setupBatchForwarder(t, fwd)
 	ids := b.storeDue(t, 50, "payments")
-	msg := dispatcherqueue.NewBatchMessage(ids)
+	msg := dispatcherqueue.Encode(ids...)
 	require.NoError(t, b.dispatch.Handle(msg))
 	require.NoError(t, b.dispatch.Handle(msg), "a redelivery")
 	got := fwd.delivered()

@@ -159,7 +159,7 @@ func TestUnforwardableTimeoutIsParkedAndTheOthersOfItsBatchDelivered(t *testing.
 	require.Empty(t, b.peek(t, big).Parked)
 
 	// The last attempt is refused, and so is the error queue's copy: parked and acked.
-	require.NoError(t, b.dispatch.Handle(dispatcherqueue.NewMessage(big)), "a parked timeout's announcement is acked")
+	require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(big)), "a parked timeout's announcement is acked")
 	parked := b.peek(t, big)
 	require.Contains(t, parked.Parked, `forwarding to "payments" failed after 2 attempts`)
 	require.Contains(t, parked.Parked, "PRECONDITION_FAILED", "the forward's error")
@@ -174,14 +174,14 @@ func TestUnforwardableTimeoutIsParkedAndTheOthersOfItsBatchDelivered(t *testing.
 
 	// A redelivered announcement of a parked timeout is acked without a forward.
 	refusals := b.published.refusals.Load()
-	require.NoError(t, b.dispatch.Handle(dispatcherqueue.NewMessage(big)))
+	require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(big)))
 	require.Equal(t, refusals, b.published.refusals.Load(), "a parked timeout is not forwarded")
 
 	require.False(t, b.breaker.Armed(), "the parking ended the failures that led to it")
 	time.Sleep(2 * wait)
 	require.Empty(t, b.trips.all(), "no critical error: the endpoint goes on")
 	later := b.storeDue(t, 1, 10, "payments")
-	require.NoError(t, b.dispatch.Handle(dispatcherqueue.NewMessage(later[0])))
+	require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(later[0])))
 	require.Len(t, b.published.to("payments"), len(ok)+1, "and still delivers")
 }
 
@@ -189,7 +189,7 @@ func TestUnforwardableTimeoutIsParkedOnItsFirstAttemptByDefault(t *testing.T) {
 	t.Parallel()
 	b := setupPark(t, time.Hour, nil)
 	big := b.storeDue(t, 1, bigPayload, "payments")[0]
-	require.NoError(t, b.dispatch.Handle(dispatcherqueue.NewMessage(big)))
+	require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(big)))
 	parked := b.peek(t, big)
 	require.Contains(t, parked.Parked, "after 1 attempt:")
 	require.Equal(t, 1, parked.FailureCount)
@@ -211,7 +211,7 @@ func TestErrorQueueFailingWithTheConnectionOrAContextDoesNotPark(t *testing.T) {
 			b.published.errorQueueErr = sendErr
 			big := b.storeDue(t, 1, bigPayload, "payments")[0]
 			for n := range 3 {
-				err := b.dispatch.Handle(dispatcherqueue.NewMessage(big))
+				err := b.dispatch.Handle(dispatcherqueue.Encode(big))
 				require.ErrorIs(t, err, sendErr, "delivery %d nacked, retried", n)
 			}
 			require.Empty(t, b.peek(t, big).Parked)
@@ -247,7 +247,7 @@ func TestStoreWithoutParkerRetriesUntilTheBreakerTrips(t *testing.T) {
 	start := time.Now()
 	for len(trips.all()) == 0 {
 		require.Less(t, time.Since(start), time.Minute, "the breaker trips")
-		err := b.dispatch.Handle(dispatcherqueue.NewMessage(timeout.ID))
+		err := b.dispatch.Handle(dispatcherqueue.Encode(timeout.ID))
 		require.ErrorContains(t, err, "PRECONDITION_FAILED", "nacked")
 	}
 	require.Contains(t, trips.all()[0].Message, critical.DispatchMessage)
@@ -263,7 +263,7 @@ func TestParkFailingIsRetriedAtTheBreakersPace(t *testing.T) {
 	b.store.failParks(errDown)
 	big := b.storeDue(t, 1, bigPayload, "payments")[0]
 
-	err := b.dispatch.Handle(dispatcherqueue.NewMessage(big))
+	err := b.dispatch.Handle(dispatcherqueue.Encode(big))
 	require.ErrorIs(t, err, errDown, "nacked")
 	require.ErrorContains(t, err, "PRECONDITION_FAILED", "the error names why it was to be parked")
 	require.True(t, b.breaker.Armed(), "counted as a dispatch failure")
@@ -271,7 +271,7 @@ func TestParkFailingIsRetriedAtTheBreakersPace(t *testing.T) {
 	require.Zero(t, b.parked.Load())
 
 	b.store.failParks(nil)
-	require.NoError(t, b.dispatch.Handle(dispatcherqueue.NewMessage(big)), "the redelivery parks it")
+	require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(big)), "the redelivery parks it")
 	require.NotEmpty(t, b.peek(t, big).Parked)
 	require.Equal(t, 2, b.peek(t, big).FailureCount, "each attempt counted")
 	require.False(t, b.breaker.Armed())
@@ -339,10 +339,10 @@ func TestMovingToTheErrorQueueDisarmsTheBreaker(t *testing.T) {
 	ids := b.storeDue(t, 1, 10, "payments")
 
 	for range 2 {
-		require.Error(t, b.dispatch.Handle(dispatcherqueue.NewMessage(ids[0])), "a retry: nacked")
+		require.Error(t, b.dispatch.Handle(dispatcherqueue.Encode(ids[0])), "a retry: nacked")
 	}
 	require.True(t, b.breaker.Armed(), "the retries are counted")
-	require.NoError(t, b.dispatch.Handle(dispatcherqueue.NewMessage(ids[0])), "the third attempt moves it to the error queue")
+	require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(ids[0])), "the third attempt moves it to the error queue")
 	require.False(t, b.breaker.Armed(), "moved to the error queue: handled")
 	require.Zero(t, b.parked.Load())
 }

@@ -18,8 +18,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/internal/amqpmarshal"
+	"github.com/timeoutmill/timeoutmill/internal/announce"
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -689,7 +689,7 @@ func TestAnnouncementsAreTransientOnlyWhenConfigured(t *testing.T) {
 			config := b.config
 			config.TransientAnnouncements = tc.transient
 			pub := newPublisher(t, config)
-			announcer := dispatcherqueue.NewPublisher(pub, b.queue("E"), 0, 0)
+			announcer := announce.NewPublisher(pub, b.queue("E"), 0, 0)
 			require.NoError(t, announcer.PublishDue(t.Context(), []string{"timeout-1"}, time.Time{}))
 			d := b.get(t, announcer.Topic())
 			require.Equal(t, tc.want, d.DeliveryMode, "announcement")

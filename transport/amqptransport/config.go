@@ -73,7 +73,7 @@ type Config struct {
 	CloseTimeout time.Duration
 
 	// TransientAnnouncements publishes the poller's announcements of due timeout ids (the
-	// messages of E.TimeoutsDispatcher, see dispatcherqueue.IsAnnouncement) as transient
+	// messages of E.TimeoutsDispatcher, in the format of package dispatcherqueue) as transient
 	// messages, which the broker confirms without writing them to disk first: sooner than
 	// persistent ones, and less disk work on one of the three broker hops of every delayed
 	// message, so a backlog drains faster (make bench's RabbitMQ + PostgreSQL backlog shows it).

@@ -10,9 +10,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
 	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 	"github.com/timeoutmill/timeoutmill/internal/amqpmarshal"
+	"github.com/timeoutmill/timeoutmill/internal/announce"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
@@ -182,7 +182,7 @@ func (p *Publisher) send(ctx context.Context, c pooledChannel, topic string, mes
 		if err != nil {
 			return nil, fmt.Errorf("marshaling message %s: %w", msg.UUID, err)
 		}
-		if p.transientAnnouncements && dispatcherqueue.IsAnnouncement(msg.Context()) {
+		if p.transientAnnouncements && announce.IsAnnouncement(msg.Context()) {
 			publishing.DeliveryMode = amqp.Transient
 		}
 		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, "", topic, false, false, publishing)
