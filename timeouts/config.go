@@ -19,10 +19,10 @@ import (
 	"github.com/timeoutmill/timeoutmill/internal/announce"
 	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/internal/configerr"
-	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/internal/storeopen"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/satellites"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 

@@ -7,11 +7,12 @@ import (
 	"strings"
 	"time"
 
+	public "github.com/timeoutmill/timeoutmill/satellites"
+
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 	"github.com/timeoutmill/timeoutmill/transport/natstransport"
@@ -214,7 +215,7 @@ func CheckExactlyOnce(transportURL, storeDSN string) error {
 // OpenTransport opened on a postgres:// URL and a store OpenStore opened on a postgres:// DSN.
 // It refuses, with a Permanent error that says why, a transport and a store that do not share
 // one PostgreSQL database; an error reaching the database is worth retrying.
-func ExactlyOnceForwarder(ctx context.Context, transport *Transport, store persistence.Store, logger watermill.LoggerAdapter) (satellites.Forwarder, error) {
+func ExactlyOnceForwarder(ctx context.Context, transport *Transport, store persistence.Store, logger watermill.LoggerAdapter) (public.Forwarder, error) {
 	f, err := sqltransport.NewExactlyOnceForwarder(ctx, transport.Publisher, store, logger)
 	if errors.Is(err, sqltransport.ErrExactlyOnceUnsupported) {
 		return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/timeoutmill/timeoutmill/satellites"
+
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -19,14 +21,6 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
-
-// Forwarder delivers a due timeout's message and removes the timeout. The default publishes, then
-// removes (at least once); a transport sharing the store's database does both in one transaction
-// (exactly once). removed is false when the timeout was already gone, in which case nothing may
-// have been published.
-type Forwarder interface {
-	Forward(ctx context.Context, t persistence.Timeout, msg *message.Message) (removed bool, err error)
-}
 
 // DispatchConfig configures the dispatch satellite.
 type DispatchConfig struct {
@@ -52,7 +46,7 @@ type DispatchConfig struct {
 	// Forwarder, when set, delivers each due message and removes its timeout in one step (exactly
 	// once, where the transport shares the store's database). Defaults to publishing with
 	// Publisher, then removing from Store (at least once).
-	Forwarder Forwarder
+	Forwarder satellites.Forwarder
 	// OnDispatched is told of each timeout delivered and when. Optional (metrics use it).
 	OnDispatched func(t persistence.Timeout, deliveredAt time.Time)
 	// OnParked is told of each timeout parked (see persistence.Parker): its forward and its
@@ -104,8 +98,8 @@ type Dispatch struct {
 	cfg       DispatchConfig
 	queue     string
 	logger    watermill.LoggerAdapter
-	calls     persistence.BatchStore // the store's batch calls, or their fallback
-	forwarder BatchForwarder         // Config.Forwarder, forwarding many at once; nil: publish
+	calls     persistence.BatchStore    // the store's batch calls, or their fallback
+	forwarder satellites.BatchForwarder // Config.Forwarder, forwarding many at once; nil: publish
 	batcher   *batcher[due]
 }
 
@@ -124,7 +118,7 @@ func NewDispatch(cfg DispatchConfig, logger watermill.LoggerAdapter) (*Dispatch,
 	d := &Dispatch{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue}),
 		calls: guardedCalls{batchCalls(cfg.Store), cfg.Breaker}}
 	if cfg.Forwarder != nil {
-		if fwd, ok := cfg.Forwarder.(BatchForwarder); ok {
+		if fwd, ok := cfg.Forwarder.(satellites.BatchForwarder); ok {
 			d.forwarder = fwd
 		} else {
 			d.forwarder = forwardEach{cfg.Forwarder}

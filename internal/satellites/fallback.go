@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/timeoutmill/timeoutmill/satellites"
+
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
@@ -65,9 +67,9 @@ func (s oneByOne) RemoveMany(ctx context.Context, ids []string) ([]string, error
 // forwardEach makes ForwardMany of a Forwarder that forwards one timeout at a time. On an error
 // the timeouts before it were forwarded and removed; the dispatch satellite then looks each up
 // again before forwarding it alone, and finds those gone.
-type forwardEach struct{ Forwarder }
+type forwardEach struct{ satellites.Forwarder }
 
-func (f forwardEach) ForwardMany(ctx context.Context, fs []Forwarding) ([]string, error) {
+func (f forwardEach) ForwardMany(ctx context.Context, fs []satellites.Forwarding) ([]string, error) {
 	var removed []string
 	for _, x := range fs {
 		ok, err := f.Forward(ctx, x.Timeout, x.Message)

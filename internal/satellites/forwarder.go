@@ -3,41 +3,18 @@ package satellites
 import (
 	"context"
 
+	"github.com/timeoutmill/timeoutmill/satellites"
+
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/timeoutmill/timeoutmill/persistence"
 )
-
-// BatchForwarder is a Forwarder that also forwards many due timeouts in one step: a transport
-// sharing the store's database inserts the messages and deletes the timeouts in one transaction,
-// one commit for the batch instead of one per message, still exactly once. With one, and a
-// BatchStore, the dispatch satellite dispatches the due timeouts it is handling at the same
-// moment together: one PeekMany, one ForwardMany.
-type BatchForwarder interface {
-	Forwarder
-	// ForwardMany delivers each Forwarding's message to its timeout's destination and removes
-	// the timeouts, all in one step, and returns the ids of the timeouts it removed: it
-	// delivered those, and nothing for the others, which were gone already. On an error nothing
-	// was delivered or removed, except when the outcome of the final commit is unknown; the
-	// dispatch satellite then dispatches each alone, looking it up again first, so a timeout
-	// whose commit went through is found gone and not delivered twice.
-	ForwardMany(ctx context.Context, fs []Forwarding) (removed []string, err error)
-}
-
-// Forwarding is a due timeout and the message to deliver for it.
-type Forwarding struct {
-	Timeout persistence.Timeout
-	Message *message.Message
-}
 
 // forwardMany forwards and removes the timeouts in one ForwardMany (exactly once). If a batch of
 // many fails, each is dispatched alone, looked up again first: a commit whose outcome was unknown
 // may have gone through, and its timeouts are then found gone rather than forwarded twice.
 func (d *Dispatch) forwardMany(ctx context.Context, found []forward) {
-	fs := make([]Forwarding, len(found))
+	fs := make([]satellites.Forwarding, len(found))
 	for i, f := range found {
-		fs[i] = Forwarding{Timeout: f.t, Message: f.out}
+		fs[i] = satellites.Forwarding{Timeout: f.t, Message: f.out}
 	}
 	removed, err := guarded(ctx, d.cfg.Breaker, func(ctx context.Context) ([]string, error) { return d.forwarder.ForwardMany(ctx, fs) })
 	if err != nil && len(found) > 1 {

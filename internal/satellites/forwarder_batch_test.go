@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	public "github.com/timeoutmill/timeoutmill/satellites"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
@@ -22,7 +24,7 @@ type txBatchForwarder struct {
 	batches   []int         // sizes of the batches forwarded; guarded by txForwarder.mu
 }
 
-func (f *txBatchForwarder) ForwardMany(ctx context.Context, fs []satellites.Forwarding) ([]string, error) {
+func (f *txBatchForwarder) ForwardMany(ctx context.Context, fs []public.Forwarding) ([]string, error) {
 	time.Sleep(f.slow)
 	if f.batchFail != nil && len(fs) > 1 {
 		return nil, f.batchFail
@@ -143,4 +145,4 @@ func TestBatchForwarderSkipsWhatIsGone(t *testing.T) {
 	require.Zero(t, st.Pending)
 }
 
-var _ satellites.BatchForwarder = (*txBatchForwarder)(nil)
+var _ public.BatchForwarder = (*txBatchForwarder)(nil)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	public "github.com/timeoutmill/timeoutmill/satellites"
+
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
@@ -43,7 +45,7 @@ func (f *txForwarder) Forward(ctx context.Context, t persistence.Timeout, msg *m
 	return true, nil
 }
 
-func newDispatch(t *testing.T, store persistence.Store, fwd satellites.Forwarder, retries int) (*satellites.Dispatch, *gochannel.GoChannel) {
+func newDispatch(t *testing.T, store persistence.Store, fwd public.Forwarder, retries int) (*satellites.Dispatch, *gochannel.GoChannel) {
 	t.Helper()
 	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	public "github.com/timeoutmill/timeoutmill/satellites"
+
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -286,11 +288,11 @@ type sizeLimitForwarder struct {
 }
 
 func (f *sizeLimitForwarder) Forward(ctx context.Context, t persistence.Timeout, msg *message.Message) (bool, error) {
-	removed, err := f.ForwardMany(ctx, []satellites.Forwarding{{Timeout: t, Message: msg}})
+	removed, err := f.ForwardMany(ctx, []public.Forwarding{{Timeout: t, Message: msg}})
 	return len(removed) == 1, err
 }
 
-func (f *sizeLimitForwarder) ForwardMany(ctx context.Context, fs []satellites.Forwarding) ([]string, error) {
+func (f *sizeLimitForwarder) ForwardMany(ctx context.Context, fs []public.Forwarding) ([]string, error) {
 	ids := make([]string, len(fs))
 	for i, x := range fs {
 		if len(x.Message.Payload) >= bigPayload {
