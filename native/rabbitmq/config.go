@@ -22,8 +22,8 @@ var ErrInvalidConfig = configerr.ErrInvalidConfig
 
 // Defaults of Config.
 const (
-	DefaultConnectionName  = "timeoutmill native"
-	DefaultChannelPoolSize = 8
+	defaultConnectionName  = "timeoutmill native"
+	defaultChannelPoolSize = 8
 	DefaultDialTimeout     = 10 * time.Second
 	defaultHeartbeat       = 10 * time.Second
 )
@@ -70,16 +70,16 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
+		c.Prefix = defaultPrefix
 	}
 	if c.QueueType == "" {
 		c.QueueType = Quorum
 	}
 	if c.ConnectionName == "" {
-		c.ConnectionName = DefaultConnectionName
+		c.ConnectionName = defaultConnectionName
 	}
 	if c.ChannelPoolSize == 0 {
-		c.ChannelPoolSize = DefaultChannelPoolSize
+		c.ChannelPoolSize = defaultChannelPoolSize
 	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = DefaultDialTimeout

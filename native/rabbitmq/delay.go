@@ -21,8 +21,8 @@ const (
 	Classic = nativedelay.Classic
 )
 
-// DefaultPrefix starts the names of the delay infrastructure.
-const DefaultPrefix = nativedelay.DefaultPrefix
+// defaultPrefix starts the names of the delay infrastructure.
+const defaultPrefix = nativedelay.DefaultPrefix
 
 var (
 	// ErrDelayTooLong is returned for a delay beyond MaxDelay.

@@ -20,12 +20,12 @@ var ErrInvalidConfig = configerr.ErrInvalidConfig
 
 // Defaults of Config.
 const (
-	DefaultConnectionName  = "timeoutmill"
-	DefaultChannelPoolSize = 8
-	DefaultPrefetchCount   = 16
-	DefaultDialTimeout     = 10 * time.Second
+	defaultConnectionName  = "timeoutmill"
+	defaultChannelPoolSize = 8
+	defaultPrefetchCount   = 16
+	defaultDialTimeout     = 10 * time.Second
 	DefaultHeartbeat       = 10 * time.Second
-	DefaultCloseTimeout    = 30 * time.Second
+	defaultCloseTimeout    = 30 * time.Second
 )
 
 // Config configures a Publisher and a Subscriber on one RabbitMQ broker (any AMQP 0-9-1 broker).
@@ -117,22 +117,22 @@ const maxConsumers = 256
 
 func (c *Config) setDefaults() {
 	if c.ConnectionName == "" {
-		c.ConnectionName = DefaultConnectionName
+		c.ConnectionName = defaultConnectionName
 	}
 	if c.ChannelPoolSize == 0 {
-		c.ChannelPoolSize = DefaultChannelPoolSize
+		c.ChannelPoolSize = defaultChannelPoolSize
 	}
 	if c.Consumers == 0 {
 		c.Consumers = 1
 	}
 	if c.PrefetchCount == 0 {
-		c.PrefetchCount = DefaultPrefetchCount
+		c.PrefetchCount = defaultPrefetchCount
 	}
 	if c.CloseTimeout == 0 {
-		c.CloseTimeout = DefaultCloseTimeout
+		c.CloseTimeout = defaultCloseTimeout
 	}
 	if c.DialTimeout == 0 {
-		c.DialTimeout = DefaultDialTimeout
+		c.DialTimeout = defaultDialTimeout
 	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = DefaultHeartbeat

@@ -14,10 +14,10 @@ func TestConfigDefaults(t *testing.T) {
 	c := Config{URL: "amqp://guest:guest@127.0.0.1:5672/"}
 	c.setDefaults()
 	require.NoError(t, c.Validate())
-	require.Equal(t, DefaultConnectionName, c.ConnectionName)
-	require.Equal(t, DefaultChannelPoolSize, c.ChannelPoolSize)
-	require.Equal(t, DefaultPrefetchCount, c.PrefetchCount)
-	require.Equal(t, DefaultDialTimeout, c.DialTimeout)
+	require.Equal(t, defaultConnectionName, c.ConnectionName)
+	require.Equal(t, defaultChannelPoolSize, c.ChannelPoolSize)
+	require.Equal(t, defaultPrefetchCount, c.PrefetchCount)
+	require.Equal(t, defaultDialTimeout, c.DialTimeout)
 	require.NotNil(t, c.Reconnect)
 	require.Equal(t, 5*time.Second, c.Reconnect.BackoffMaxInterval)
 

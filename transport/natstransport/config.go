@@ -15,9 +15,9 @@ var ErrInvalidConfig = configerr.ErrInvalidConfig
 
 // Defaults of Config.
 const (
-	DefaultDurable   = "timeoutmill"
-	DefaultConsumers = 1
-	DefaultAckWait   = 30 * time.Second
+	defaultDurable   = "timeoutmill"
+	defaultConsumers = 1
+	defaultAckWait   = 30 * time.Second
 )
 
 const maxConsumers = 256
@@ -50,9 +50,9 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	c.Durable = cmp.Or(c.Durable, DefaultDurable)
-	c.Consumers = cmp.Or(c.Consumers, DefaultConsumers)
-	c.AckWait = cmp.Or(c.AckWait, DefaultAckWait)
+	c.Durable = cmp.Or(c.Durable, defaultDurable)
+	c.Consumers = cmp.Or(c.Consumers, defaultConsumers)
+	c.AckWait = cmp.Or(c.AckWait, defaultAckWait)
 	c.MaxAckPending = cmp.Or(c.MaxAckPending, 8*c.Consumers)
 }
 

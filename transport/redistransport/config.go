@@ -15,9 +15,9 @@ var ErrInvalidConfig = configerr.ErrInvalidConfig
 
 // Defaults of Config.
 const (
-	DefaultConsumerGroup = "timeoutmill"
-	DefaultConsumers     = 1
-	DefaultClaimAfter    = 30 * time.Second
+	defaultConsumerGroup = "timeoutmill"
+	defaultConsumers     = 1
+	defaultClaimAfter    = 30 * time.Second
 )
 
 // maxConsumers bounds Config.Consumers: each consumer is a connection of its own.
@@ -46,9 +46,9 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	c.ConsumerGroup = cmp.Or(c.ConsumerGroup, DefaultConsumerGroup)
-	c.Consumers = cmp.Or(c.Consumers, DefaultConsumers)
-	c.ClaimAfter = cmp.Or(c.ClaimAfter, DefaultClaimAfter)
+	c.ConsumerGroup = cmp.Or(c.ConsumerGroup, defaultConsumerGroup)
+	c.Consumers = cmp.Or(c.Consumers, defaultConsumers)
+	c.ClaimAfter = cmp.Or(c.ClaimAfter, defaultClaimAfter)
 }
 
 // Validate reports the first setting that cannot work, after defaults.

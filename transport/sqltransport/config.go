@@ -32,14 +32,14 @@ const (
 
 // Defaults of Config.
 const (
-	DefaultTablePrefix    = "watermill_"
+	defaultTablePrefix    = "watermill_"
 	DefaultPollInterval   = 100 * time.Millisecond
-	DefaultBatchSize      = 10
-	DefaultConsumers      = 1
-	DefaultAckDeadline    = 30 * time.Second
-	DefaultResendInterval = time.Second
-	DefaultRetryInterval  = time.Second
-	DefaultMaxOpenConns   = 10
+	defaultBatchSize      = 10
+	defaultConsumers      = 1
+	defaultAckDeadline    = 30 * time.Second
+	defaultResendInterval = time.Second
+	defaultRetryInterval  = time.Second
+	defaultMaxOpenConns   = 10
 )
 
 // Config configures a Publisher and a Subscriber on one database.
@@ -132,28 +132,28 @@ const maxTablePrefix = 32
 
 func (c *Config) setDefaults() {
 	if c.TablePrefix == "" {
-		c.TablePrefix = DefaultTablePrefix
+		c.TablePrefix = defaultTablePrefix
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
+		c.BatchSize = defaultBatchSize
 	}
 	if c.Consumers == 0 {
-		c.Consumers = DefaultConsumers
+		c.Consumers = defaultConsumers
 	}
 	if c.AckDeadline == 0 {
-		c.AckDeadline = DefaultAckDeadline
+		c.AckDeadline = defaultAckDeadline
 	}
 	if c.ResendInterval == 0 {
-		c.ResendInterval = DefaultResendInterval
+		c.ResendInterval = defaultResendInterval
 	}
 	if c.RetryInterval == 0 {
-		c.RetryInterval = DefaultRetryInterval
+		c.RetryInterval = defaultRetryInterval
 	}
 	if c.MaxOpenConns == 0 {
-		c.MaxOpenConns = DefaultMaxOpenConns
+		c.MaxOpenConns = defaultMaxOpenConns
 	}
 }
 

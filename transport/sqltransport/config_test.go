@@ -14,7 +14,7 @@ func TestConfigDefaults(t *testing.T) {
 	c := Config{Dialect: PostgreSQL, DSN: "postgres://u@h/db"}
 	c.setDefaults()
 	require.NoError(t, c.Validate())
-	require.Equal(t, DefaultTablePrefix, c.TablePrefix)
+	require.Equal(t, defaultTablePrefix, c.TablePrefix)
 	require.Equal(t, 100*time.Millisecond, c.PollInterval)
 	require.Equal(t, 10, c.BatchSize)
 	require.Equal(t, 1, c.Consumers)

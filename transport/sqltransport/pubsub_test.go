@@ -53,7 +53,7 @@ func (d database) rows(t testing.TB, topic string) int {
 func (d database) countWhere(t testing.TB, topic, where string) int {
 	t.Helper()
 	var n int
-	q := fmt.Sprintf("SELECT COUNT(*) FROM %s %s", names{dialect: d.dialect, prefix: DefaultTablePrefix}.quoted(topic), where)
+	q := fmt.Sprintf("SELECT COUNT(*) FROM %s %s", names{dialect: d.dialect, prefix: defaultTablePrefix}.quoted(topic), where)
 	require.NoError(t, d.open(t).QueryRowContext(context.Background(), q).Scan(&n))
 	return n
 }
