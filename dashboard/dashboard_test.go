@@ -26,9 +26,15 @@ const token = "test-token-0123456789"
 
 type testBundle struct {
 	manager *timeouts.Manager
-	store   *memory.Store
+	store   parkerStore
 	pubSub  *gochannel.GoChannel
 	handler http.Handler
+}
+
+// parkerStore is the memory store as the persistence.Parker it is.
+type parkerStore interface {
+	persistence.Store
+	persistence.Parker
 }
 
 // setup runs a manager on the memory store and GoChannel, and its dashboard with config.
@@ -36,7 +42,7 @@ func setup(t *testing.T, config dashboard.Config) *testBundle {
 	t.Helper()
 	logger := watermill.NopLogger{}
 	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024, BlockPublishUntilSubscriberAck: true}, logger)
-	store := memory.New()
+	store := memory.New().(parkerStore)
 	manager, err := timeouts.NewManager(timeouts.Config{Endpoint: "orders", Store: store, Publisher: pubSub, Subscriber: pubSub}, logger)
 	require.NoError(t, err)
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, logger)
@@ -256,7 +262,7 @@ func TestStatsShowTheOldestOverdue(t *testing.T) {
 	// A manager that never runs: its overdue timeouts stay so, as behind a stopped poller.
 	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })
-	store := memory.New()
+	store := memory.New().(parkerStore)
 	manager, err := timeouts.NewManager(timeouts.Config{Endpoint: "idle", Store: store, Publisher: pubSub, Subscriber: pubSub}, watermill.NopLogger{})
 	require.NoError(t, err)
 	for id, due := range map[string]time.Duration{"late-90s": -90 * time.Second, "late-10s": -10 * time.Second, "soon": time.Minute} {

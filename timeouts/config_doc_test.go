@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
+	"github.com/timeoutmill/timeoutmill/persistence/sqlite"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 )
 
@@ -52,7 +53,7 @@ func TestEachConfigFieldSaysWhatNewManagerRefuses(t *testing.T) {
 
 	refused := map[string][]func(*timeouts.Config){
 		"Endpoint":        {func(c *timeouts.Config) { c.Endpoint = "" }, func(c *timeouts.Config) { c.Endpoint = ".orders" }},
-		"Store":           {func(c *timeouts.Config) { c.Store = nil }, func(c *timeouts.Config) { c.Store = &memory.Store{} }},
+		"Store":           {func(c *timeouts.Config) { c.Store = nil }, func(c *timeouts.Config) { c.Store = &sqlite.Store{} }},
 		"Publisher":       {func(c *timeouts.Config) { c.Publisher = nil }, func(c *timeouts.Config) { c.Publisher = nilGoChannel }, func(c *timeouts.Config) { c.Publisher = notAcking }},
 		"Subscriber":      {func(c *timeouts.Config) { c.Subscriber = nil }, func(c *timeouts.Config) { c.Subscriber = nilGoChannel }},
 		"ErrorQueue":      {func(c *timeouts.Config) { c.ErrorQueue = "dead letters" }},

@@ -28,7 +28,7 @@ func TestManagersOnOneStoreSideBySideDoNotRace(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store := memory.New()
+	store := memory.New().(memStore)
 	first := setup(t, store, func(c *timeouts.Config) { c.PollInterval = 20 * time.Millisecond })
 	arrivals := []<-chan arrival{subscribe(t, first.pubSub, "reminders")}
 
@@ -91,10 +91,10 @@ type (
 	someStore = persistence.Store
 )
 
-// memoryWrapper embeds one of the module's stores by pointer.
+// storeWrapper embeds one of the module's stores by pointer.
 type (
-	memoryWrapper struct{ *innerMemory }
-	innerMemory   = memory.Store
+	storeWrapper struct{ *innerSQLite }
+	innerSQLite  = sqlite.Store
 )
 
 func TestStoresNeverOpenedAreRefusedWithoutReadingTheirFields(t *testing.T) {
@@ -105,16 +105,15 @@ func TestStoresNeverOpenedAreRefusedWithoutReadingTheirFields(t *testing.T) {
 		_, err := timeouts.NewManager(timeouts.Config{Endpoint: endpoint, Store: store, Publisher: pubSub, Subscriber: pubSub}, nil)
 		return err
 	}
-	var nilMemory *memory.Store
+	var nilSQLite *sqlite.Store
 	for name, store := range map[string]persistence.Store{
-		"nil memory":         nilMemory,
-		"zero memory":        &memory.Store{},
+		"nil sqlite":         nilSQLite,
 		"zero sqlite":        &sqlite.Store{},
 		"zero postgres":      &postgres.Store{},
 		"zero mysql":         &mysql.Store{},
 		"zero sqlserver":     &sqlserver.Store{},
-		"wrapping nil":       memoryWrapper{},
-		"pointer to wrapper": &memoryWrapper{},
+		"wrapping nil":       storeWrapper{},
+		"pointer to wrapper": &storeWrapper{},
 	} {
 		err := newManager(store)
 		require.ErrorIs(t, err, timeouts.ErrInvalidConfig, name)
@@ -127,7 +126,7 @@ func TestStoresNeverOpenedAreRefusedWithoutReadingTheirFields(t *testing.T) {
 	for name, store := range map[string]persistence.Store{
 		"memory":          memory.New(),
 		"sqlite":          sqliteStore,
-		"wrapping memory": memoryWrapper{memory.New()},
+		"wrapping sqlite": storeWrapper{sqliteStore},
 		"a user's store":  &userStore{memory.New()},
 	} {
 		require.NoError(t, newManager(store), name)

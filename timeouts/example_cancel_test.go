@@ -20,7 +20,7 @@ func ExampleManager_CancelByOwner() {
 	ctx := context.Background()
 	logger := watermill.NopLogger{}
 	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
-	store := memory.New()
+	store := memory.New().(memStore)
 	manager, err := timeouts.NewManager(timeouts.Config{
 		Endpoint:   "orders",
 		Store:      store,

@@ -19,7 +19,7 @@ import (
 func ExamplePublisherDecorator() {
 	logger := watermill.NopLogger{}
 	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
-	store := memory.New()
+	store := memory.New().(memStore)
 	manager, err := timeouts.NewManager(timeouts.Config{
 		Endpoint:   "orders",
 		Store:      store,

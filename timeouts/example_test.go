@@ -22,7 +22,7 @@ func ExampleNewManager() {
 	// NewManager refuses a GoChannel without BlockPublishUntilSubscriberAck: Publish must return
 	// only once a subscriber took the message, or one dropped while closing would pass for stored.
 	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, logger)
-	store := memory.New() // persistence/sqlite, postgres, mysql or sqlserver survive restarts
+	store := memory.New().(memStore) // persistence/sqlite, postgres, mysql or sqlserver survive restarts
 
 	manager, err := timeouts.NewManager(timeouts.Config{
 		Endpoint:   "orders", // queues orders.Timeouts and orders.TimeoutsDispatcher

@@ -144,12 +144,9 @@ func TestHealthCriticalErrorHandledByTheUser(t *testing.T) {
 // holdFailing is a memory store whose HoldInstance fails, as a database that drops the
 // connection would, while fail is set.
 type holdFailing struct {
-	*memStore
+	memStore
 	fail atomic.Bool
 }
-
-// memStore is memory.Store under a name that does not clash with its Store method.
-type memStore = memory.Store
 
 func (s *holdFailing) HoldInstance(ctx context.Context, instance string) (func() error, error) {
 	if s.fail.Load() {
@@ -161,7 +158,7 @@ func (s *holdFailing) HoldInstance(ctx context.Context, instance string) (func()
 // A manager that cannot take its instance name yet says so; once it has, it is ready.
 func TestHealthInstanceNameNotHeld(t *testing.T) {
 	t.Parallel()
-	store := &holdFailing{memStore: memory.New()}
+	store := &holdFailing{memStore: memory.New().(memStore)}
 	store.fail.Store(true)
 	r := run(t, newPubSub(t), store, "node-0", nil)
 	require.Eventually(t, func() bool { return hasReason(r.manager.Health(), "breaker fetch armed") }, 10*time.Second, 5*time.Millisecond)
@@ -179,7 +176,7 @@ func TestHealthInstanceNameNotHeld(t *testing.T) {
 // first stays ready.
 func TestHealthTwinInstance(t *testing.T) {
 	t.Parallel()
-	store := memory.New()
+	store := memory.New().(memStore)
 	twin := prepare(t, newPubSub(t), store, "twin", nil)
 	first := run(t, newPubSub(t), store, "twin", nil)
 	require.Eventually(t, func() bool { return first.manager.Health() == nil }, 10*time.Second, 5*time.Millisecond)

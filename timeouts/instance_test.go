@@ -117,6 +117,18 @@ func storeDue(t *testing.T, store persistence.Store, id, destination string) {
 }
 
 // claimAs claims every due timeout as instance with lease, as a run that is then killed would.
+// memStore is the memory store with the optional interfaces it implements.
+type memStore interface {
+	persistence.Store
+	persistence.BatchStore
+	persistence.Scheduler
+	persistence.Inspector
+	persistence.Releaser
+	persistence.Handover
+	persistence.Claimer
+	persistence.Parker
+}
+
 func claimAs(t *testing.T, store persistence.Claimer, instance string, lease time.Duration) []string {
 	t.Helper()
 	ids, err := store.ClaimDueAs(context.Background(), instance, time.Now(), 100, lease)
@@ -127,7 +139,7 @@ func claimAs(t *testing.T, store persistence.Claimer, instance string, lease tim
 // The manager holds its name while it runs, and lets it go when it stops.
 func TestInstanceNameIsHeldWhileTheManagerRuns(t *testing.T) {
 	t.Parallel()
-	store := memory.New()
+	store := memory.New().(memStore)
 	r := run(t, newPubSub(t), store, "node-0", nil)
 	<-r.manager.Ready()
 
@@ -150,7 +162,7 @@ func TestInstanceNameIsHeldWhileTheManagerRuns(t *testing.T) {
 // lease.
 func TestInstanceRestartTakesItsOwnClaimsBackAtOnce(t *testing.T) {
 	t.Parallel()
-	store := memory.New()
+	store := memory.New().(memStore)
 	storeDue(t, store, "mine", "recovered")
 	require.Equal(t, []string{"mine"}, claimAs(t, store, "node-0", time.Hour))
 	storeDue(t, store, "theirs", "recovered")
@@ -178,7 +190,7 @@ func TestInstanceRestartTakesItsOwnClaimsBackAtOnce(t *testing.T) {
 // first keeps running and delivering.
 func TestInstanceTwinIsRefused(t *testing.T) {
 	t.Parallel()
-	store := memory.New()
+	store := memory.New().(memStore)
 	pubSub := newPubSub(t)
 	delivered := subscribe(t, pubSub, "twins")
 	logger := newCountingLogger()
@@ -230,7 +242,7 @@ type withoutClaimer struct{ storeIface }
 // once, and a killed run's claims wait for their lease.
 func TestInstanceOnAStoreWithoutClaimerWaitsForTheLease(t *testing.T) {
 	t.Parallel()
-	inner := memory.New()
+	inner := memory.New().(memStore)
 	storeDue(t, inner, "leased", "later")
 	lease := 1500 * time.Millisecond
 	claimedAt := time.Now()

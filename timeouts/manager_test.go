@@ -369,7 +369,7 @@ func TestRestartKeepsTimeouts(t *testing.T) {
 	t.Parallel()
 	// The store outlives the process. GoChannel does not (closing the router closes it), so the
 	// restarted process gets a new one, as it would a new broker connection.
-	store := memory.New()
+	store := memory.New().(memStore)
 	first := setup(t, store, nil)
 	msg := message.NewMessage(watermill.NewUUID(), []byte("survives"))
 	timeouts.DeliverAfter(msg, 1500*time.Millisecond)
@@ -395,7 +395,7 @@ func TestForwardFailureGoesToErrorQueueAfterNumberOfRetries(t *testing.T) {
 	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })
 	failing := &failingDestination{Publisher: pubSub, topic: "broken"}
-	store := memory.New()
+	store := memory.New().(memStore)
 	b := start(t, pubSub, store, func(c *timeouts.Config) {
 		c.Publisher = failing
 		c.NumberOfRetries = 2

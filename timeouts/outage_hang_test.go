@@ -125,7 +125,7 @@ func TestSteeringCallsOnAStoreThatStopsAnsweringFail(t *testing.T) {
 // lostAnswerStore commits a claim and then loses its answer once, as a database does whose reply
 // a dropped packet took: the ids are claimed, and the poller does not know them.
 type lostAnswerStore struct {
-	*memStore
+	memStore
 	lose atomic.Bool
 }
 
@@ -141,7 +141,7 @@ func (s *lostAnswerStore) ClaimDueAs(ctx context.Context, instance string, now t
 // at once rather than when their lease (an hour here) runs out.
 func TestClaimWhoseAnswerWasLostIsGivenBack(t *testing.T) {
 	t.Parallel()
-	store := &lostAnswerStore{memStore: memory.New()}
+	store := &lostAnswerStore{memStore: memory.New().(memStore)}
 	store.lose.Store(true)
 	b := setup(t, store, func(c *timeouts.Config) {
 		c.Instance = "orders-0"

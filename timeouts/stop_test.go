@@ -52,7 +52,7 @@ func startGoChannelProcess(t *testing.T, store persistence.Store, closeDB bool, 
 
 // Not parallel: it measures lateness, and runs alone in its package before the parallel tests.
 func TestGracefulStopsOnGoChannelAndMemoryLoseNothing(t *testing.T) {
-	store := memory.New() // outlives each process, as a database would
+	store := memory.New().(memStore) // outlives each process, as a database would
 	stopcycles.Run(t, stopcycles.Config{
 		Start: func(t *testing.T, _ int, rec *stopcycles.Recorder) stopcycles.Process {
 			return startGoChannelProcess(t, store, false, rec)
@@ -113,7 +113,7 @@ func TestAStoreNeverOpenedIsRefused(t *testing.T) {
 	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 	defer pubSub.Close()
 	var typedNil *sqlite.Store
-	for name, store := range map[string]persistence.Store{"typed nil": typedNil, "zero value": &sqlite.Store{}, "zero memory": &memory.Store{}} {
+	for name, store := range map[string]persistence.Store{"typed nil": typedNil, "zero value": &sqlite.Store{}} {
 		_, err := timeouts.NewManager(timeouts.Config{Endpoint: "orders", Store: store, Publisher: pubSub, Subscriber: pubSub}, nil)
 		require.ErrorIs(t, err, timeouts.ErrInvalidConfig, name)
 		require.ErrorContains(t, err, "Store is a nil or zero-value", name)

@@ -27,7 +27,7 @@ func TestTraceAcrossTheDelay(t *testing.T) {
 	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
 	withTracing := func(c *timeouts.Config) { c.TracerProvider = provider }
 
-	store := memory.New()
+	store := memory.New().(memStore)
 	first := setup(t, store, withTracing)
 
 	ctx, producer := provider.Tracer("producer").Start(context.Background(), "place order")

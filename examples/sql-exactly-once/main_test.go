@@ -25,7 +25,7 @@ func TestSQLExactlyOnceExample(t *testing.T) {
 	text := out.String()
 	t.Logf("finished in %s:\n%s", time.Since(start).Round(time.Millisecond), text)
 
-	require.Contains(t, text, "refused, as it should be: sqltransport: exactly once is not possible: the store is a *memory.Store")
+	require.Contains(t, text, "refused, as it should be: sqltransport: exactly once is not possible: the store is a *memory.store")
 	require.Contains(t, text, "exactly once: the transport and the store share one PostgreSQL database")
 	require.Equal(t, 3, strings.Count(text, "scheduled "))
 	require.Equal(t, 3, strings.Count(text, ", delivery #1"))

@@ -23,14 +23,24 @@ import (
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
-// memStore names the embedded store: a field named Store would hide the Store method.
-type memStore = memory.Store
+// memStore is the memory store with the optional interfaces it implements, embedded by name: a
+// field named Store would hide the Store method.
+type memStore interface {
+	persistence.Store
+	persistence.BatchStore
+	persistence.Scheduler
+	persistence.Inspector
+	persistence.Releaser
+	persistence.Handover
+	persistence.Claimer
+	persistence.Parker
+}
 
 // batchStore is a memory store (a persistence.BatchStore) whose batch calls are counted and can
 // be made to fail for a batch of many, as one bad row among them makes a real batch fail; the
 // satellites then go on id by id, with batches of one.
 type batchStore struct {
-	*memStore
+	memStore
 	mu          sync.Mutex
 	storeErr    error
 	peekErr     error
@@ -109,7 +119,7 @@ type batchBundle struct {
 
 func setupBatch(t *testing.T, mutate func(*satellites.DispatchConfig)) *batchBundle {
 	t.Helper()
-	b := &batchBundle{store: &batchStore{memStore: memory.New()}, published: &slowPublisher{}}
+	b := &batchBundle{store: &batchStore{memStore: memory.New().(memStore)}, published: &slowPublisher{}}
 	breaker, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 		Name: "dispatch", TimeToWait: time.Hour, Message: critical.DispatchMessage,
 		RetryDelay: time.Millisecond, OnTrip: func(*critical.Error) {},
@@ -436,7 +446,7 @@ func (p *gatedPublisher) Publish(topic string, msgs ...*message.Message) error {
 func TestBatchDispatchNeverForwardsOneIDInTwoBatchesAtOnce(t *testing.T) {
 	t.Parallel()
 	published := &gatedPublisher{topic: "slow", gate: make(chan struct{}), started: make(chan struct{})}
-	b := &batchBundle{store: &batchStore{memStore: memory.New()}}
+	b := &batchBundle{store: &batchStore{memStore: memory.New().(memStore)}}
 	breaker, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 		Name: "dispatch", TimeToWait: time.Hour, Message: critical.DispatchMessage,
 		RetryDelay: time.Millisecond, OnTrip: func(*critical.Error) {},

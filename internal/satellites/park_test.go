@@ -58,7 +58,7 @@ func (p *sizeLimitPublisher) Publish(topic string, msgs ...*message.Message) err
 
 // parkingStore is a memory store (a persistence.Parker) whose Park fails while parkErr is set.
 type parkingStore struct {
-	*memStore
+	memStore
 	mu      sync.Mutex
 	parkErr error
 	parks   int
@@ -94,7 +94,7 @@ type parkBundle struct {
 // wait; mutate adjusts its config.
 func setupPark(t *testing.T, wait time.Duration, mutate func(*satellites.DispatchConfig)) *parkBundle {
 	t.Helper()
-	b := &parkBundle{store: &parkingStore{memStore: memory.New()}, published: &sizeLimitPublisher{}, trips: &tripLog{}}
+	b := &parkBundle{store: &parkingStore{memStore: memory.New().(memStore)}, published: &sizeLimitPublisher{}, trips: &tripLog{}}
 	var err error
 	b.breaker, err = breaker.NewCircuitBreaker(breaker.BreakerConfig{
 		Name: "dispatch", TimeToWait: wait, Message: critical.DispatchMessage,

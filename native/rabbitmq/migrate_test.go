@@ -17,11 +17,17 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
 )
 
+// memHandover is the memory store as a persistence.Handover, which migration needs.
+type memHandover interface {
+	persistence.Store
+	persistence.Handover
+}
+
 // migrationFixture is a topology, a destination queue and a memory store of timeouts for it.
 type migrationFixture struct {
 	b     *broker
 	pub   *rabbitmq.Publisher
-	store *memory.Store
+	store memHandover
 	dest  string
 }
 
@@ -29,7 +35,7 @@ func newMigrationFixture(t *testing.T) *migrationFixture {
 	t.Helper()
 	b := newBroker(t, rabbitmq.Quorum)
 	b.setup(t)
-	f := &migrationFixture{b: b, pub: b.publisher(t), store: memory.New(), dest: uniqueName(t, "native-dest")}
+	f := &migrationFixture{b: b, pub: b.publisher(t), store: memory.New().(memHandover), dest: uniqueName(t, "native-dest")}
 	b.queue(t, f.dest)
 	return f
 }

@@ -8,7 +8,7 @@ import (
 
 // StoreMany keeps copies of the timeouts whose ids are not stored yet and returns those ids. It
 // stores none when any of them is invalid.
-func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
+func (s *store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]string, error) {
 	for _, t := range ts {
 		if err := t.ValidateUnkeyed(); err != nil {
 			return nil, err
@@ -28,7 +28,7 @@ func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]stri
 }
 
 // PeekMany returns copies of the stored timeouts among ids; ids not stored are left out.
-func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
+func (s *store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeout, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -43,7 +43,7 @@ func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeo
 }
 
 // RemoveMany deletes the timeouts with those ids and returns the ids it deleted.
-func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
+func (s *store) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-var _ persistence.Handover = (*Store)(nil)
+var _ persistence.Handover = (*store)(nil)
 
 // hidden reports whether e is claimed until persistence.HiddenFrom or later.
 func (e *entry) hidden() bool {
@@ -19,7 +19,7 @@ func (e *entry) hidden() bool {
 }
 
 // Survey describes the timeouts due at or after from.
-func (s *Store) Survey(ctx context.Context, from time.Time) (persistence.Survey, error) {
+func (s *store) Survey(ctx context.Context, from time.Time) (persistence.Survey, error) {
 	if err := s.lock(ctx); err != nil {
 		return persistence.Survey{}, err
 	}
@@ -42,7 +42,7 @@ func (s *Store) Survey(ctx context.Context, from time.Time) (persistence.Survey,
 }
 
 // Hide claims until mark up to limit timeouts due at or after from that no poller holds at now.
-func (s *Store) Hide(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error) {
+func (s *store) Hide(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -79,7 +79,7 @@ func (s *Store) Hide(ctx context.Context, now, from time.Time, limit int, mark t
 }
 
 // Release makes the timeouts with these ids claimable again from their due time.
-func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
+func (s *store) Release(ctx context.Context, ids []string) (int, error) {
 	if err := s.lock(ctx); err != nil {
 		return 0, err
 	}

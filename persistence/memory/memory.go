@@ -22,9 +22,9 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-// Store keeps timeouts in a map, ordered for claiming by a min-heap on the time each becomes
+// store keeps timeouts in a map, ordered for claiming by a min-heap on the time each becomes
 // claimable (its due time, or the end of its claim's lease). It is safe for concurrent use.
-type Store struct {
+type store struct {
 	openMark // set by New; NewManager reads it, never the fields below
 	mu       sync.Mutex
 	byID     map[string]*entry
@@ -45,13 +45,18 @@ type entry struct {
 }
 
 var (
-	_ persistence.Store     = (*Store)(nil)
-	_ persistence.Inspector = (*Store)(nil)
+	_ persistence.Store      = (*store)(nil)
+	_ persistence.Inspector  = (*store)(nil)
+	_ persistence.BatchStore = (*store)(nil)
+	_ persistence.Releaser   = (*store)(nil)
 )
 
-// New returns an empty store.
-func New() *Store {
-	return &Store{
+// New returns an empty store. Besides persistence.Store it implements every optional interface
+// of package persistence (BatchStore, Scheduler, Inspector, Releaser, Handover, Claimer, Parker),
+// which the timeout manager finds by type assertion; a user reaches them through the Manager
+// (Manager.Stats, Manager.List, Manager.Schedule, ...).
+func New() persistence.Store {
+	return &store{
 		openMark: storeopen.Opened(),
 		byID:     make(map[string]*entry),
 		byOwner:  make(map[string]map[string]struct{}),
@@ -60,7 +65,7 @@ func New() *Store {
 	}
 }
 
-func (s *Store) lock(ctx context.Context) error {
+func (s *store) lock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -73,7 +78,7 @@ func (s *Store) lock(ctx context.Context) error {
 }
 
 // Store keeps a copy of t; storing an id already kept changes nothing.
-func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) {
+func (s *store) Store(ctx context.Context, t persistence.Timeout) (bool, error) {
 	if err := t.ValidateUnkeyed(); err != nil {
 		return false, err
 	}
@@ -85,7 +90,7 @@ func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) 
 }
 
 // insert keeps a copy of t unless its id is stored already; the caller holds s.mu.
-func (s *Store) insert(t persistence.Timeout) bool {
+func (s *store) insert(t persistence.Timeout) bool {
 	if _, ok := s.byID[t.ID]; ok {
 		return false
 	}
@@ -107,7 +112,7 @@ func (s *Store) insert(t persistence.Timeout) bool {
 }
 
 // Next returns when the earliest timeout becomes claimable.
-func (s *Store) Next(ctx context.Context) (time.Time, bool, error) {
+func (s *store) Next(ctx context.Context) (time.Time, bool, error) {
 	if err := s.lock(ctx); err != nil {
 		return time.Time{}, false, err
 	}
@@ -119,12 +124,12 @@ func (s *Store) Next(ctx context.Context) (time.Time, bool, error) {
 }
 
 // ClaimDue claims up to limit timeouts claimable at now, earliest first.
-func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
+func (s *store) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
 	return s.claim(ctx, "", now, limit, lease)
 }
 
 // claim claims up to limit timeouts claimable at now for by ("" for no instance).
-func (s *Store) claim(ctx context.Context, by string, now time.Time, limit int, lease time.Duration) ([]string, error) {
+func (s *store) claim(ctx context.Context, by string, now time.Time, limit int, lease time.Duration) ([]string, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -145,7 +150,7 @@ func (s *Store) claim(ctx context.Context, by string, now time.Time, limit int, 
 }
 
 // Peek returns a copy of the timeout with that id.
-func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error) {
+func (s *store) Peek(ctx context.Context, id string) (persistence.Timeout, error) {
 	if err := s.lock(ctx); err != nil {
 		return persistence.Timeout{}, err
 	}
@@ -158,7 +163,7 @@ func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error
 }
 
 // Remove deletes the timeout with that id.
-func (s *Store) Remove(ctx context.Context, id string) (bool, error) {
+func (s *store) Remove(ctx context.Context, id string) (bool, error) {
 	if err := s.lock(ctx); err != nil {
 		return false, err
 	}
@@ -167,12 +172,12 @@ func (s *Store) Remove(ctx context.Context, id string) (bool, error) {
 }
 
 // Cancel deletes the pending timeout with that id.
-func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
+func (s *store) Cancel(ctx context.Context, id string) (bool, error) {
 	return s.Remove(ctx, id)
 }
 
 // CancelByOwner deletes every timeout of owner.
-func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
+func (s *store) CancelByOwner(ctx context.Context, owner string) (int, error) {
 	if err := s.lock(ctx); err != nil {
 		return 0, err
 	}
@@ -187,7 +192,7 @@ func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
 }
 
 // IncrementFailureCount records a failed forwarding attempt.
-func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, error) {
+func (s *store) IncrementFailureCount(ctx context.Context, id string) (bool, error) {
 	if err := s.lock(ctx); err != nil {
 		return false, err
 	}
@@ -200,7 +205,7 @@ func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, err
 }
 
 // Stats describes what the store holds at now.
-func (s *Store) Stats(ctx context.Context, now time.Time) (persistence.Stats, error) {
+func (s *store) Stats(ctx context.Context, now time.Time) (persistence.Stats, error) {
 	if err := s.lock(ctx); err != nil {
 		return persistence.Stats{}, err
 	}
@@ -231,7 +236,7 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (persistence.Stats, er
 }
 
 // List returns a page of timeouts in due time order, then id, without payloads.
-func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
+func (s *store) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
@@ -279,7 +284,7 @@ func matches(t persistence.Timeout, o persistence.ListOptions) bool {
 }
 
 // Close makes every later call fail. It holds nothing that needs releasing.
-func (s *Store) Close() error {
+func (s *store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
@@ -287,7 +292,7 @@ func (s *Store) Close() error {
 }
 
 // delete removes id from every index; the caller holds s.mu.
-func (s *Store) delete(id string) bool {
+func (s *store) delete(id string) bool {
 	e, ok := s.byID[id]
 	if !ok {
 		return false

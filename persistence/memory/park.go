@@ -11,15 +11,15 @@ import (
 )
 
 var (
-	_ persistence.Parker  = (*Store)(nil)
-	_ persistence.Claimer = (*Store)(nil)
+	_ persistence.Parker  = (*store)(nil)
+	_ persistence.Claimer = (*store)(nil)
 )
 
 // parked reports whether e was set aside by Park.
 func (e *entry) parked() bool { return e.timeout.Parked != "" }
 
 // Park sets the timeout with that id aside with reason: it leaves the claim queue.
-func (s *Store) Park(ctx context.Context, id, reason string) (bool, error) {
+func (s *store) Park(ctx context.Context, id, reason string) (bool, error) {
 	if reason == "" {
 		return false, fmt.Errorf("%w: a parking reason is required", persistence.ErrInvalidTimeout)
 	}
@@ -53,7 +53,7 @@ func (s *Store) Park(ctx context.Context, id, reason string) (bool, error) {
 }
 
 // Unpark makes the parked timeouts among ids claimable again from their due time.
-func (s *Store) Unpark(ctx context.Context, ids []string) (int, error) {
+func (s *store) Unpark(ctx context.Context, ids []string) (int, error) {
 	if err := s.lock(ctx); err != nil {
 		return 0, err
 	}
@@ -74,7 +74,7 @@ func (s *Store) Unpark(ctx context.Context, ids []string) (int, error) {
 }
 
 // DeleteParked deletes the parked timeouts among ids.
-func (s *Store) DeleteParked(ctx context.Context, ids []string) (int, error) {
+func (s *store) DeleteParked(ctx context.Context, ids []string) (int, error) {
 	if err := s.lock(ctx); err != nil {
 		return 0, err
 	}
@@ -90,7 +90,7 @@ func (s *Store) DeleteParked(ctx context.Context, ids []string) (int, error) {
 
 // HoldInstance takes instance for the caller until release is called or the store is closed.
 // A memory store lives in one process, so it detects a second holder in that process only.
-func (s *Store) HoldInstance(ctx context.Context, instance string) (func() error, error) {
+func (s *store) HoldInstance(ctx context.Context, instance string) (func() error, error) {
 	if err := validInstance(instance); err != nil {
 		return nil, err
 	}
@@ -115,7 +115,7 @@ func (s *Store) HoldInstance(ctx context.Context, instance string) (func() error
 }
 
 // ClaimDueAs claims as ClaimDue does, recording instance as the holder.
-func (s *Store) ClaimDueAs(ctx context.Context, instance string, now time.Time, limit int, lease time.Duration) ([]string, error) {
+func (s *store) ClaimDueAs(ctx context.Context, instance string, now time.Time, limit int, lease time.Duration) ([]string, error) {
 	if err := validInstance(instance); err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func (s *Store) ClaimDueAs(ctx context.Context, instance string, now time.Time, 
 }
 
 // ReleaseClaimsOf makes the timeouts instance claimed claimable again from their due time.
-func (s *Store) ReleaseClaimsOf(ctx context.Context, instance string) (int, error) {
+func (s *store) ReleaseClaimsOf(ctx context.Context, instance string) (int, error) {
 	if err := validInstance(instance); err != nil {
 		return 0, err
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-var _ persistence.Scheduler = (*Store)(nil)
+var _ persistence.Scheduler = (*store)(nil)
 
 // pending reports whether no poller holds e at now and it is not parked: it was never claimed,
 // or its lease ran out.
@@ -17,7 +17,7 @@ func (e *entry) pending(now time.Time) bool {
 }
 
 // Schedule keeps t and resolves its key by policy against the pending timeout that holds it.
-func (s *Store) Schedule(ctx context.Context, t persistence.Timeout, now time.Time, policy persistence.KeyPolicy) (persistence.Scheduled, error) {
+func (s *store) Schedule(ctx context.Context, t persistence.Timeout, now time.Time, policy persistence.KeyPolicy) (persistence.Scheduled, error) {
 	if err := t.Validate(); err != nil {
 		return persistence.Scheduled{}, err
 	}
@@ -52,7 +52,7 @@ func (s *Store) Schedule(ctx context.Context, t persistence.Timeout, now time.Ti
 }
 
 // Reschedule moves the due time of a pending timeout.
-func (s *Store) Reschedule(ctx context.Context, id string, due, now time.Time) (bool, error) {
+func (s *store) Reschedule(ctx context.Context, id string, due, now time.Time) (bool, error) {
 	if err := persistence.ValidateDue(due); err != nil {
 		return false, err
 	}

@@ -1,6 +1,10 @@
 package storetest
 
 import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
 	"github.com/timeoutmill/timeoutmill/persistence/mysql"
@@ -29,11 +33,21 @@ var (
 	_ sqlStore = (*mysql.Store)(nil)
 	_ sqlStore = (*sqlserver.Store)(nil) // without Handover: Survey and Hide need a server to test
 
-	_ persistence.Handover   = (*sqlite.Store)(nil)
-	_ persistence.Handover   = (*postgres.Store)(nil)
-	_ persistence.Handover   = (*mysql.Store)(nil)
-	_ persistence.Handover   = (*memory.Store)(nil)
-	_ persistence.BatchStore = (*memory.Store)(nil)
-	_ persistence.Inspector  = (*memory.Store)(nil)
-	_ persistence.Scheduler  = (*memory.Store)(nil)
+	_ persistence.Handover = (*sqlite.Store)(nil)
+	_ persistence.Handover = (*postgres.Store)(nil)
+	_ persistence.Handover = (*mysql.Store)(nil)
 )
+
+// TestMemoryImplementsTheOptionalInterfaces checks what the var block above checks of the SQL
+// stores: memory.New returns a persistence.Store, so this is checked when the test runs.
+func TestMemoryImplementsTheOptionalInterfaces(t *testing.T) {
+	t.Parallel()
+	store := memory.New()
+	require.Implements(t, (*persistence.Handover)(nil), store)
+	require.Implements(t, (*persistence.BatchStore)(nil), store)
+	require.Implements(t, (*persistence.Inspector)(nil), store)
+	require.Implements(t, (*persistence.Scheduler)(nil), store)
+	require.Implements(t, (*persistence.Releaser)(nil), store)
+	require.Implements(t, (*persistence.Claimer)(nil), store)
+	require.Implements(t, (*persistence.Parker)(nil), store)
+}
