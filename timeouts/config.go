@@ -26,15 +26,6 @@ import (
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
-// Forwarder delivers a due timeout's message and removes its timeout (Config.Forwarder): the
-// hook for exactly-once delivery, which transport/sqltransport's ExactlyOnceForwarder
-// implements. A Forwarder that is also a BatchForwarder forwards many in one step.
-type (
-	Forwarder      = satellites.Forwarder
-	BatchForwarder = satellites.BatchForwarder
-	Forwarding     = satellites.Forwarding
-)
-
 // CriticalError is the error a Manager raises when a stage keeps failing for longer than its
 // wait (Config.OnCriticalError, Manager.Err): its Breaker names the stage (fetch, store,
 // dispatch, recovery) and its Err is the last failure.
@@ -183,7 +174,7 @@ type Config struct {
 	// Forwarder, when set, forwards each due message and removes its timeout in one transaction:
 	// exactly-once delivery where the transport shares the store's database (see
 	// transport/sqltransport). Defaults to publishing with Publisher, then removing: at least once.
-	Forwarder Forwarder
+	Forwarder satellites.Forwarder
 	// SkipInfrastructureSetup leaves the store's tables to the operator (see `timeoutmill setup`).
 	SkipInfrastructureSetup bool
 	// Instance names this manager's run, stable across its restarts (a StatefulSet pod's name, a

@@ -17,6 +17,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/connect"
 	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/satellites"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 	"github.com/timeoutmill/timeoutmill/transport/amqptransport"
 )
@@ -107,10 +108,10 @@ func (c *runCmd) Run(e *env) error {
 		}
 	}
 
-	var forwarder timeouts.Forwarder
+	var forwarder satellites.Forwarder
 	if c.ExactlyOnce {
 		probes.waiting("exactly-once forwarder not open", nil)
-		forwarder, err = retry(e.ctx, c.OutageWait, logger, "database", func() (timeouts.Forwarder, error) {
+		forwarder, err = retry(e.ctx, c.OutageWait, logger, "database", func() (satellites.Forwarder, error) {
 			f, err := connect.ExactlyOnceForwarder(e.ctx, transport, store, logger)
 			if err != nil {
 				probes.waiting("exactly-once forwarder not open", err)
@@ -177,7 +178,7 @@ func (c *runCmd) Run(e *env) error {
 
 // managerConfig is the configuration of the endpoint's timeout manager the flags describe.
 func (c *runCmd) managerConfig(store persistence.Store, transport *connect.Transport, registry prometheus.Registerer,
-	forwarder timeouts.Forwarder) timeouts.Config {
+	forwarder satellites.Forwarder) timeouts.Config {
 	return timeouts.Config{
 		Endpoint:          c.Endpoint,
 		Store:             store,

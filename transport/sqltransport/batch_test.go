@@ -11,7 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
-	"github.com/timeoutmill/timeoutmill/timeouts"
+	"github.com/timeoutmill/timeoutmill/satellites"
 )
 
 func publishN(t *testing.T, pub *Publisher, topic string, n int) []string {
@@ -214,11 +214,11 @@ func TestForwardManyRemovesAndPublishesTogether(t *testing.T) {
 	e := newExactlyOnce(t)
 	f := e.forwarder(t)
 	ctx := context.Background()
-	var fs []timeouts.Forwarding
+	var fs []satellites.Forwarding
 	for i := range 30 {
 		dest := []string{"pay", "ship", "bill"}[i%3]
 		to, msg := e.timeout(t, fmt.Sprintf("b-%02d", i), dest)
-		fs = append(fs, timeouts.Forwarding{Timeout: to, Message: msg})
+		fs = append(fs, satellites.Forwarding{Timeout: to, Message: msg})
 	}
 	// Two are gone already: dispatched elsewhere, or cancelled.
 	for _, id := range []string{"b-04", "b-05"} {
@@ -260,10 +260,10 @@ func TestCrashBetweenForwardManyAndCommitPublishesNothing(t *testing.T) {
 	e := newExactlyOnce(t)
 	admin := e.open(t)
 	f := e.forwarder(t)
-	var fs []timeouts.Forwarding
+	var fs []satellites.Forwarding
 	for i := range 10 {
 		to, msg := e.timeout(t, fmt.Sprintf("c-%d", i), "crashed")
-		fs = append(fs, timeouts.Forwarding{Timeout: to, Message: msg})
+		fs = append(fs, satellites.Forwarding{Timeout: to, Message: msg})
 	}
 	var published int
 	f.beforeCommit = func(ctx context.Context, tx *sql.Tx) error {
@@ -305,10 +305,10 @@ func TestRacingBatchForwardersPublishEachOnce(t *testing.T) {
 	const count = 300
 	e := newExactlyOnce(t)
 	fa, fb := e.forwarder(t), e.forwarder(t)
-	var all []timeouts.Forwarding
+	var all []satellites.Forwarding
 	for i := range count {
 		to, msg := e.timeout(t, fmt.Sprintf("r-%03d", i), "raced-many")
-		all = append(all, timeouts.Forwarding{Timeout: to, Message: msg})
+		all = append(all, satellites.Forwarding{Timeout: to, Message: msg})
 	}
 	results := make(chan []string, 2*count/50)
 	errs := make(chan error, 2*count/50)

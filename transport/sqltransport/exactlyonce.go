@@ -14,7 +14,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/postgres"
-	"github.com/timeoutmill/timeoutmill/timeouts"
+	"github.com/timeoutmill/timeoutmill/satellites"
 )
 
 // ErrExactlyOnceUnsupported is returned when exactly once is asked for where the store and the
@@ -31,7 +31,7 @@ func (exactlyOnceUnsupported) Unwrap() error { return persistence.ErrUnsupported
 // destination's table together, or neither is. A crash, a lost connection or a failed commit
 // between the two therefore cannot deliver a message twice, and a timeout already gone
 // (dispatched by another instance, or cancelled) publishes nothing. It is the dispatch
-// satellite's Forwarder (timeouts.Forwarder) when the transport is this package's on the same
+// satellite's Forwarder (satellites.Forwarder) when the transport is this package's on the same
 // PostgreSQL database as the store. It runs on the Publisher's pool: close the Publisher only
 // after the router that dispatches with it.
 type ExactlyOnceForwarder struct {
@@ -47,7 +47,7 @@ type ExactlyOnceForwarder struct {
 	beforeCommit func(ctx context.Context, tx *sql.Tx) error
 }
 
-var _ timeouts.BatchForwarder = (*ExactlyOnceForwarder)(nil)
+var _ satellites.BatchForwarder = (*ExactlyOnceForwarder)(nil)
 
 // NewExactlyOnceForwarder returns the forwarder for a transport and a store that share one
 // PostgreSQL database: publisher must be this package's Publisher on PostgreSQL and store the
@@ -95,7 +95,7 @@ func NewExactlyOnceForwarder(ctx context.Context, publisher message.Publisher, s
 // database alone knows: the dispatch satellite then looks the timeout up again, and finds it
 // gone if the commit had gone through.
 func (f *ExactlyOnceForwarder) Forward(ctx context.Context, t persistence.Timeout, msg *message.Message) (removed bool, err error) {
-	gone, err := f.forward(ctx, []timeouts.Forwarding{{Timeout: t, Message: msg}})
+	gone, err := f.forward(ctx, []satellites.Forwarding{{Timeout: t, Message: msg}})
 	if err != nil {
 		return false, fmt.Errorf("sqltransport: forwarding timeout %s to %q: %w", t.ID, t.Destination, err)
 	}
@@ -107,7 +107,7 @@ func (f *ExactlyOnceForwarder) Forward(ctx context.Context, t persistence.Timeou
 // one commit. It returns the ids it deleted; the others were gone already (dispatched by another
 // instance, or cancelled), and nothing is published for them. On an error nothing happened,
 // except when the commit itself failed, as for Forward.
-func (f *ExactlyOnceForwarder) ForwardMany(ctx context.Context, fs []timeouts.Forwarding) (removed []string, err error) {
+func (f *ExactlyOnceForwarder) ForwardMany(ctx context.Context, fs []satellites.Forwarding) (removed []string, err error) {
 	removed, err = f.forward(ctx, fs)
 	if err != nil {
 		return nil, fmt.Errorf("sqltransport: forwarding %d timeouts: %w", len(fs), err)
@@ -115,12 +115,12 @@ func (f *ExactlyOnceForwarder) ForwardMany(ctx context.Context, fs []timeouts.Fo
 	return removed, nil
 }
 
-func (f *ExactlyOnceForwarder) forward(ctx context.Context, fs []timeouts.Forwarding) (removed []string, err error) {
+func (f *ExactlyOnceForwarder) forward(ctx context.Context, fs []satellites.Forwarding) (removed []string, err error) {
 	if len(fs) == 0 {
 		return nil, nil
 	}
 	var destinations []string
-	byDestination := map[string][]timeouts.Forwarding{}
+	byDestination := map[string][]satellites.Forwarding{}
 	ids := make([]string, len(fs))
 	for i, fw := range fs {
 		ids[i] = fw.Timeout.ID
@@ -186,7 +186,7 @@ func (f *ExactlyOnceForwarder) forwardInTx(ctx context.Context, ids, inserts []s
 // inserts returns, for each destination, the statement that inserts the messages of the
 // timeouts the forwarding statement removed (the table expression "removed"), in the order
 // given, and the statements' bind parameters, numbered from $2.
-func (f *ExactlyOnceForwarder) inserts(destinations []string, byDestination map[string][]timeouts.Forwarding) ([]string, []any, error) {
+func (f *ExactlyOnceForwarder) inserts(destinations []string, byDestination map[string][]satellites.Forwarding) ([]string, []any, error) {
 	var (
 		stmts []string
 		args  []any
