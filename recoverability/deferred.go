@@ -13,6 +13,11 @@ import (
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
+// headerDeferredPass marks a message put back on a deferred queue with the pass of the queue's
+// processor that put it there, so the pass knows when it has come full circle. It is removed when
+// the message returns to its work queue. Only this package reads it (docs/wire.md lists it).
+const headerDeferredPass = "retry.deferred_pass"
+
 // publishRetryDelay is how long the processor holds a message it could not republish before it
 // nacks it, so a failing broker is retried about once a second rather than in a tight loop.
 const publishRetryDelay = time.Second
@@ -130,7 +135,7 @@ func (q *deferredQueue) handle(msg *message.Message) error {
 	arrived := time.Now()
 
 	q.mu.Lock()
-	if q.pass != "" && msg.Metadata.Get(wire.HeaderRetryDeferredPass) == q.pass {
+	if q.pass != "" && msg.Metadata.Get(headerDeferredPass) == q.pass {
 		// The pass has come full circle: every message in the queue has been looked at once.
 		q.pass = ""
 		if !q.earliest.IsZero() {
@@ -196,9 +201,9 @@ func (q *deferredQueue) republish(msg *message.Message, topic, pass string) erro
 	out := msg.Copy()
 	out.SetContext(publishContext(msg))
 	if pass != "" {
-		out.Metadata.Set(wire.HeaderRetryDeferredPass, pass)
+		out.Metadata.Set(headerDeferredPass, pass)
 	} else {
-		delete(out.Metadata, wire.HeaderRetryDeferredPass)
+		delete(out.Metadata, headerDeferredPass)
 		delete(out.Metadata, wire.HeaderRetryIgnoreUntil)
 	}
 	if err := q.publisher.Publish(topic, out); err != nil {

@@ -46,7 +46,7 @@
 //
 //   - A pass looks at each message once. A due message goes back to the work queue without its
 //     ignore-until header; any other goes back to the tail of the deferred queue, stamped with
-//     the pass's id (wire.HeaderRetryDeferredPass), and its ignore-until time is remembered if it
+//     the pass's id (the retry.deferred_pass header), and its ignore-until time is remembered if it
 //     is the earliest so far.
 //   - The first message put back is the pass's checkpoint. When a stamped message comes round
 //     again, every message in the queue has been looked at, and the pass is over: the next

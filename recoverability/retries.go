@@ -153,7 +153,7 @@ func (r *Retries) call(h message.HandlerFunc, msg *message.Message) (produced []
 func (r *Retries) await(msg *message.Message, until time.Time) error {
 	out := msg.Copy()
 	out.SetContext(publishContext(msg))
-	delete(out.Metadata, wire.HeaderRetryDeferredPass)
+	delete(out.Metadata, headerDeferredPass)
 	if r.deferred == nil {
 		if err := r.cfg.Publisher.Publish(r.cfg.WorkQueue, out); err != nil {
 			return fmt.Errorf("returning waiting message %s to %s: %w", msg.UUID, r.cfg.WorkQueue, err)
@@ -179,7 +179,7 @@ func (r *Retries) retryLater(msg *message.Message, cause error, attempts, delaye
 	out.Metadata.Set(wire.HeaderRetryIgnoreUntil, until.UTC().Format(time.RFC3339Nano))
 	out.Metadata.Set(wire.HeaderRetryAttempts, strconv.Itoa(attempts))
 	out.Metadata.Set(wire.HeaderRetryDelayedRetries, strconv.Itoa(delayed+1))
-	delete(out.Metadata, wire.HeaderRetryDeferredPass)
+	delete(out.Metadata, headerDeferredPass)
 	if err := r.cfg.Publisher.Publish(r.cfg.WorkQueue, out); err != nil {
 		return fmt.Errorf("scheduling delayed retry of message %s after %v: %w", msg.UUID, cause, err)
 	}
@@ -195,7 +195,7 @@ func (r *Retries) retryLater(msg *message.Message, cause error, attempts, delaye
 func (r *Retries) giveUp(msg *message.Message, cause error, attempts, delayed int) error {
 	out := msg.Copy()
 	out.SetContext(publishContext(msg))
-	for _, h := range []string{wire.HeaderRetryIgnoreUntil, wire.HeaderRetryAttempts, wire.HeaderRetryDelayedRetries, wire.HeaderRetryDeferredPass} {
+	for _, h := range []string{wire.HeaderRetryIgnoreUntil, wire.HeaderRetryAttempts, wire.HeaderRetryDelayedRetries, headerDeferredPass} {
 		delete(out.Metadata, h)
 	}
 	out.Metadata.Set(wire.HeaderFailureDelayedRetries, strconv.Itoa(delayed))

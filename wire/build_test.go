@@ -63,7 +63,7 @@ func TestIsRoutingHeader(t *testing.T) {
 		dispatcherqueue.HeaderDispatchIDs, dispatcherqueue.HeaderDispatchAt,
 		wire.HeaderFailureReason, wire.HeaderFailureQueue, wire.HeaderFailureHandler, wire.HeaderFailureTime,
 		wire.HeaderFailureAttempts, wire.HeaderFailureDelayedRetries,
-		wire.HeaderRetryIgnoreUntil, wire.HeaderRetryAttempts, wire.HeaderRetryDelayedRetries, wire.HeaderRetryDeferredPass,
+		wire.HeaderRetryIgnoreUntil, wire.HeaderRetryAttempts, wire.HeaderRetryDelayedRetries, "retry.deferred_pass",
 	} {
 		require.False(t, wire.IsRoutingHeader(k), k)
 		require.Equal(t, wire.IsRoutingHeader(k), wireparse.IsRoutingHeader(k), k)

@@ -98,10 +98,6 @@ const (
 	// HeaderRetryDelayedRetries counts the delayed retries a message has had so far (a decimal
 	// integer); it picks the next DurationToIgnoreOnFailure entry.
 	HeaderRetryDelayedRetries = "retry.delayed_retries"
-	// HeaderRetryDeferredPass marks a message put back on a deferred queue with the pass of the
-	// queue's processor that put it there, so the pass knows when it has come full circle. It is
-	// removed when the message returns to its work queue.
-	HeaderRetryDeferredPass = "retry.deferred_pass"
 )
 
 // DefaultErrorQueue is the error queue used when none is configured.
