@@ -21,8 +21,8 @@ func DefaultDurationToIgnoreOnFailure() []time.Duration {
 	return []time.Duration{10 * time.Second, 30 * time.Second, time.Minute}
 }
 
-// DefaultMaxDeferredHold is the default of Config.MaxDeferredHold.
-const DefaultMaxDeferredHold = 5 * time.Minute
+// defaultMaxDeferredHold is the default of Config.MaxDeferredHold.
+const defaultMaxDeferredHold = 5 * time.Minute
 
 // Config configures the retries of one handler: immediate retries, delayed retries through a
 // deferred queue, and the error queue.
@@ -94,7 +94,7 @@ func (c *Config) setDefaults() {
 		c.DurationToIgnoreOnFailure = DefaultDurationToIgnoreOnFailure()
 	}
 	if c.MaxDeferredHold == 0 {
-		c.MaxDeferredHold = DefaultMaxDeferredHold
+		c.MaxDeferredHold = defaultMaxDeferredHold
 	}
 }
 

@@ -35,16 +35,20 @@ type CriticalError = critical.Error
 // value in every package of the module: errors.Is with it matches them all.
 var ErrInvalidConfig = configerr.ErrInvalidConfig
 
-// Defaults of Config.
+// Defaults of Config, for a command line or a test that shows or compares them.
 const (
-	DefaultPollInterval                                            = time.Minute
-	DefaultClaimBatchSize                                          = 500
-	DefaultAnnouncementIDs                                         = announce.DefaultIDsPerMessage
-	DefaultClaimLease                                              = time.Minute
-	DefaultTimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages = 2 * time.Minute
-	DefaultTimeToTriggerStoreCircuitBreaker                        = 30 * time.Second
-	DefaultTimeToTriggerDispatchCircuitBreaker                     = 30 * time.Second
-	DefaultMaximumRecoveryFailuresPerSecond                        = 1
+	DefaultClaimBatchSize                      = 500
+	DefaultAnnouncementIDs                     = announce.DefaultIDsPerMessage
+	DefaultClaimLease                          = time.Minute
+	DefaultTimeToTriggerStoreCircuitBreaker    = 30 * time.Second
+	DefaultTimeToTriggerDispatchCircuitBreaker = 30 * time.Second
+)
+
+// Defaults of Config that only its field comments state.
+const (
+	defaultPollInterval                                            = time.Minute
+	defaultTimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages = 2 * time.Minute
+	defaultMaximumRecoveryFailuresPerSecond                        = 1
 )
 
 // Config configures a Manager: the timeout manager of one endpoint. NewManager and Validate
@@ -197,7 +201,7 @@ func (c *Config) setDefaults() {
 		c.ErrorQueue = wire.DefaultErrorQueue
 	}
 	if c.PollInterval == 0 {
-		c.PollInterval = DefaultPollInterval
+		c.PollInterval = defaultPollInterval
 	}
 	// GoChannel hands a subscriber one message at a time, so the dispatch satellite's batches run
 	// side by side only within one message, and it takes the next claim's message only when done
@@ -223,10 +227,10 @@ func (c *Config) setDefaults() {
 		c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages = c.TimeToTriggerFetchCircuitBreaker
 	}
 	if c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages == 0 {
-		c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages = DefaultTimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages
+		c.TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages = defaultTimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages
 	}
 	if c.MaximumRecoveryFailuresPerSecond == 0 {
-		c.MaximumRecoveryFailuresPerSecond = DefaultMaximumRecoveryFailuresPerSecond
+		c.MaximumRecoveryFailuresPerSecond = defaultMaximumRecoveryFailuresPerSecond
 	}
 	if c.TimeToTriggerStoreCircuitBreaker == 0 {
 		c.TimeToTriggerStoreCircuitBreaker = DefaultTimeToTriggerStoreCircuitBreaker
