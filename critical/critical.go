@@ -10,7 +10,13 @@
 // It knows nothing of Watermill routers; the circuit breakers that raise these errors are
 // configured through timeouts.Config's waits (TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages
 // and the others), and the default action, in package timeouts, logs the error and closes the
-// router.
+// router. The messages are NServiceBus's wording and are kept as they are: match on them.
+//
+// # Stability
+//
+// This package's API is stable, as timeouts' is: while timeoutmill is at v0, an incompatible
+// change to it is made only with an entry marked Breaking in CHANGELOG.md that says how to
+// migrate; from v1 on, only in a new major version (docs/releasing.md).
 package critical
 
 import (

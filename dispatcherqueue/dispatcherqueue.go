@@ -16,6 +16,13 @@
 // id containing a control character and sends the message to the error queue: its timeouts stay
 // in the store and are claimed again when their lease ends, late but not lost. The poller
 // therefore writes many ids per message only as far as timeouts.Config.AnnouncementIDs says.
+//
+// # Stability
+//
+// The format is part of the wire contract (docs/wire.md): a reader accepts every format a
+// released writer wrote, and a new format is written only behind a setting, as
+// timeouts.Config.AnnouncementIDs was. The Go API is stable as timeouts' is: at v0 an
+// incompatible change comes only with an entry marked Breaking in CHANGELOG.md and its migration.
 package dispatcherqueue
 
 import (

@@ -103,8 +103,8 @@
 //
 // # Failures of the timeout manager itself
 //
-// ErrorQueue is also what the timeout manager's satellites use for messages they can never
-// handle, and Failure carries their reasons.
+// The timeout manager's satellites send the messages they can never handle to the same error
+// queue (timeouts.Config.ErrorQueue), with the failure headers docs/wire.md lists.
 //
 // # Stability
 //

@@ -7,7 +7,13 @@
 // By default the dispatch satellite publishes a due message and then removes its timeout: at
 // least once. A Forwarder, set as timeouts.Config.Forwarder, does both in one step instead;
 // transport/sqltransport's ExactlyOnceForwarder is one, for a SQL transport on the store's
-// database, and is also a BatchForwarder.
+// database, and is also a BatchForwarder. The satellites themselves are internal.
+//
+// # Stability
+//
+// This package's API is stable, as timeouts' is: while timeoutmill is at v0, an incompatible
+// change to it is made only with an entry marked Breaking in CHANGELOG.md that says how to
+// migrate; from v1 on, only in a new major version (docs/releasing.md).
 package satellites
 
 import (
