@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # services.sh starts the real servers timeoutmill's tests use (RabbitMQ, PostgreSQL 15, MariaDB,
-# Redis 7, NATS 2.9 with JetStream, and Shopify's toxiproxy, the fault proxy of the network-fault
+# Redis 7, NATS 2.15 with JetStream, and Shopify's toxiproxy, the fault proxy of the network-fault
 # tests), each bound to 127.0.0.1 on a non-default port, from a plain shell as root: no Docker, no
-# systemd. It installs what is missing with apt-get (toxiproxy with a pinned `go install`, so `go`
-# must be on PATH), so a fresh Debian 12 machine (CI) needs nothing else.
+# systemd. It installs what is missing with apt-get (NATS and toxiproxy with a pinned `go install`,
+# so `go` must be on PATH), so a fresh Debian 12 machine (CI) needs nothing else.
 #
 #   scripts/services.sh up     [rabbitmq|postgres|mariadb|redis|nats|toxiproxy ...]   install, start, wait, create test db/user
 #   scripts/services.sh down   [rabbitmq|postgres|mariadb|redis|nats|toxiproxy ...]   stop cleanly
@@ -67,6 +67,12 @@ MARIADB_PASSWORD=timeoutmill
 TOXIPROXY_MODULE=github.com/Shopify/toxiproxy/v2
 TOXIPROXY_VERSION=v2.12.0
 TOXIPROXY_BIN=$TOXIPROXY_DIR/$TOXIPROXY_VERSION/toxiproxy-server
+
+# The nats-server release `go install` builds (Debian 12 ships 2.9, before message schedules). A
+# new version goes into a directory of its own, so changing this line installs it on the next `up`.
+NATS_MODULE=github.com/nats-io/nats-server/v2
+NATS_VERSION=v2.15.3
+NATS_BIN=$NATS_DIR/$NATS_VERSION/nats-server
 
 ALL_SERVICES=(rabbitmq postgres mariadb redis nats toxiproxy)
 # What this run learnt of each service ("up" or "down"), so that the env file need not ask again:
@@ -160,10 +166,7 @@ install_missing() {
 		rabbitmq) for pkg in rabbitmq-server amqp-tools; do package_installed "$pkg" || missing+=("$pkg"); done ;;
 		mariadb) package_installed mariadb-server || missing+=(mariadb-server) ;;
 		redis) for pkg in redis-server redis-tools; do package_installed "$pkg" || missing+=("$pkg"); done ;;
-		nats)
-			package_installed nats-server || missing+=(nats-server)
-			command -v curl >/dev/null || missing+=(curl) # asks the monitoring port whether JetStream is ready
-			;;
+		nats) command -v curl >/dev/null || missing+=(curl) ;; # asks the monitoring port whether JetStream is ready
 		postgres) [ -x "$PG_BIN/postgres" ] && [ -x "$PG_BIN/initdb" ] || missing+=(postgresql-15) ;;
 		toxiproxy) command -v curl >/dev/null || missing+=(curl) ;; # asks its API whether it answers
 		esac
@@ -794,14 +797,35 @@ redis_down() { daemon_down redis "$REDIS_DIR" redis-server; }
 redis_status() { daemon_status redis "$REDIS_DIR" redis-server "$REDIS_PORT" redis_ping; }
 
 # ---------------------------------------------------------------------------------------------
-# NATS 2.9 with JetStream (file storage in $NATS_DIR/jetstream), from a config file of its own.
+# NATS with JetStream (file storage in $NATS_DIR/jetstream), from a config file of its own. Built
+# from source by a pinned `go install` into $NATS_DIR/VERSION.
 
 nats_pid() { read_pid "$NATS_DIR/nats.pid"; }
 # /healthz answers ok once JetStream is ready, not just the port.
 nats_ready() { curl -fsS "http://127.0.0.1:$((NATS_PORT + 4000))/healthz" 2>/dev/null | grep -q ok; }
+# nats_version MONITOR_PORT prints the version the server on that monitoring port reports (v2.15.3).
+nats_version() {
+	curl -fsS "http://127.0.0.1:$1/varz" 2>/dev/null | sed -n 's/^ *"version": *"\([^"]*\)".*/v\1/p' | head -n1
+}
+
+# nats_install builds the pinned release, unless a binary of that version is there already.
+nats_install() {
+	local dir=${NATS_BIN%/*}
+	[ -x "$NATS_BIN" ] && return 0
+	command -v go >/dev/null || die "nats: installing it needs go on PATH (go install $NATS_MODULE@$NATS_VERSION)"
+	mkdir -p "$dir"
+	# Run outside the repository, so that nothing of its go.mod or GOFLAGS applies to the install.
+	timed "nats: go install $NATS_VERSION" to_log "$NATS_DIR/install.log" \
+		env -C "$NATS_DIR" GOBIN="$dir" GOFLAGS= go install "$NATS_MODULE@$NATS_VERSION" ||
+		{
+			show_log "$NATS_DIR/install.log"
+			die "nats: go install failed"
+		}
+}
 
 nats_up() {
 	mkdir -p "$NATS_DIR/jetstream"
+	nats_install
 	# max_payload: NATS refuses bigger messages (its default is 1 MB); the tests send 1 MiB bodies.
 	cat >"$NATS_DIR/nats.conf" <<-CONF
 		listen: 127.0.0.1:$NATS_PORT
@@ -814,13 +838,20 @@ nats_up() {
 		}
 	CONF
 	if pid_is "$(nats_pid)" nats-server && nats_ready; then
-		log "nats: already up (port $NATS_PORT)"
-		return 0
+		local running
+		running=$(nats_version $((NATS_PORT + 4000)))
+		if [ "$running" = "$NATS_VERSION" ]; then
+			log "nats: already up ($NATS_VERSION, port $NATS_PORT)"
+			return 0
+		fi
+		# A server of another version (the pinned one changed): replace it, keeping its JetStream data.
+		log "nats: ${running:-an unknown version} runs, $NATS_VERSION is pinned: restarting it"
+		nats_down
 	fi
 	if ! pid_is "$(nats_pid)" nats-server; then
 		port_in_use "$NATS_PORT" && die "nats: port $NATS_PORT is taken by a process this script did not start"
 		rm -f "$NATS_DIR/nats.pid"
-		nohup nats-server -c "$NATS_DIR/nats.conf" >"$NATS_DIR/stdout.log" 2>&1 </dev/null 9>&- &
+		nohup "$NATS_BIN" -c "$NATS_DIR/nats.conf" >"$NATS_DIR/stdout.log" 2>&1 </dev/null 9>&- &
 		log "nats: started pid $! on 127.0.0.1:$NATS_PORT"
 	fi
 	timed "nats: wait for startup" wait_for 30 "nats to answer" nats_ready ||
@@ -828,11 +859,18 @@ nats_up() {
 			show_log "$NATS_DIR/nats.log"
 			die "nats is not ready"
 		}
-	log "nats: up (port $NATS_PORT, monitoring $((NATS_PORT + 4000)), JetStream in $NATS_DIR/jetstream)"
+	log "nats: up ($NATS_VERSION, port $NATS_PORT, monitoring $((NATS_PORT + 4000)), JetStream in $NATS_DIR/jetstream)"
 }
 
 nats_down() { daemon_down nats "$NATS_DIR" nats-server; }
-nats_status() { daemon_status nats "$NATS_DIR" nats-server "$NATS_PORT" nats_ready; }
+nats_status() {
+	local line
+	line=$(daemon_status nats "$NATS_DIR" nats-server "$NATS_PORT" nats_ready) || {
+		echo "$line"
+		return 1
+	}
+	echo "${line%)}, $(nats_version $((NATS_PORT + 4000))))"
+}
 
 # ---------------------------------------------------------------------------------------------
 # toxiproxy: a TCP proxy with an HTTP API that tests drive to put faults (latency, a black hole,
