@@ -12,6 +12,7 @@
 #
 #   scripts/services.sh cluster up|down|status [1|2|3 ...]          a 3-node RabbitMQ cluster (below)
 #   scripts/services.sh pg-replica up|down|status|promote [sync|async]   a PostgreSQL primary and standby (below)
+#   scripts/services.sh nats-cluster up|down|status [1|2|3 ...]     a 3-server NATS JetStream cluster (below)
 #
 # No name means all six. `up` is idempotent: a server that already answers is left alone (a second
 # start would break a running RabbitMQ or MariaDB, see shared/design/SERVICES.md).
@@ -35,6 +36,15 @@
 # (again, when its standby was promoted) and sets the mode: sync (the default; a commit returns once
 # the standby has it) or async. `promote` promotes the standby (pg_ctl promote), the failover.
 # `status` prints the multi-host DSN with target_session_attrs=read-write.
+#
+# `nats-cluster` runs three NATS servers (the pinned release, JetStream on) routed into one
+# cluster, for the NATS cluster acceptance test: server N listens for clients on
+# TIMEOUTMILL_NATS_CLUSTER_PORT + N - 1 (base 4250), for routes on base + 3 + N - 1, for monitoring
+# on base + 6 + N - 1, is named ${TIMEOUTMILL_NATS_CLUSTER_NAME:-tmnats}-N and lives in
+# $TIMEOUTMILL_SERVICES_DIR/nats-cluster/nodeN. `up` starts the servers (all, or those named by
+# number); a server started again catches up with the others. While all three run, `env` prints
+# TIMEOUTMILL_TEST_NATS_CLUSTER_URL (the three URLs, joined by commas). `make test` does not start
+# it: the test does.
 set -euo pipefail
 
 STATE=${TIMEOUTMILL_SERVICES_DIR:-/tmp/timeoutmill-services}
@@ -800,9 +810,16 @@ redis_status() { daemon_status redis "$REDIS_DIR" redis-server "$REDIS_PORT" red
 # NATS with JetStream (file storage in $NATS_DIR/jetstream), from a config file of its own. Built
 # from source by a pinned `go install` into $NATS_DIR/VERSION.
 
+# A server of the cluster (below) runs with these set to its own: NATS_LABEL names it in messages,
+# NATS_HTTP_PORT is its monitoring port, NATS_CLUSTER_CONF the lines that join it to the others.
+NATS_LABEL=nats
+NATS_HTTP_PORT=$((NATS_PORT + 4000))
+NATS_CLUSTER_CONF=
+
 nats_pid() { read_pid "$NATS_DIR/nats.pid"; }
-# /healthz answers ok once JetStream is ready, not just the port.
-nats_ready() { curl -fsS "http://127.0.0.1:$((NATS_PORT + 4000))/healthz" 2>/dev/null | grep -q ok; }
+# /healthz answers ok once JetStream is ready (in a cluster: current with its leaders), not just
+# the port.
+nats_ready() { curl -fsS "http://127.0.0.1:$NATS_HTTP_PORT/healthz" 2>/dev/null | grep -q ok; }
 # nats_version MONITOR_PORT prints the version the server on that monitoring port reports (v2.15.3).
 nats_version() {
 	curl -fsS "http://127.0.0.1:$1/varz" 2>/dev/null | sed -n 's/^ *"version": *"\([^"]*\)".*/v\1/p' | head -n1
@@ -815,10 +832,10 @@ nats_install() {
 	command -v go >/dev/null || die "nats: installing it needs go on PATH (go install $NATS_MODULE@$NATS_VERSION)"
 	mkdir -p "$dir"
 	# Run outside the repository, so that nothing of its go.mod or GOFLAGS applies to the install.
-	timed "nats: go install $NATS_VERSION" to_log "$NATS_DIR/install.log" \
-		env -C "$NATS_DIR" GOBIN="$dir" GOFLAGS= go install "$NATS_MODULE@$NATS_VERSION" ||
+	timed "nats: go install $NATS_VERSION" to_log "${dir%/*}/install.log" \
+		env -C "${dir%/*}" GOBIN="$dir" GOFLAGS= go install "$NATS_MODULE@$NATS_VERSION" ||
 		{
-			show_log "$NATS_DIR/install.log"
+			show_log "${dir%/*}/install.log"
 			die "nats: go install failed"
 		}
 }
@@ -829,37 +846,38 @@ nats_up() {
 	# max_payload: NATS refuses bigger messages (its default is 1 MB); the tests send 1 MiB bodies.
 	cat >"$NATS_DIR/nats.conf" <<-CONF
 		listen: 127.0.0.1:$NATS_PORT
-		http: 127.0.0.1:$((NATS_PORT + 4000))
+		http: 127.0.0.1:$NATS_HTTP_PORT
 		max_payload: 8MB
 		pid_file: "$NATS_DIR/nats.pid"
 		log_file: "$NATS_DIR/nats.log"
 		jetstream {
 		  store_dir: "$NATS_DIR/jetstream"
 		}
+		$NATS_CLUSTER_CONF
 	CONF
 	if pid_is "$(nats_pid)" nats-server && nats_ready; then
 		local running
-		running=$(nats_version $((NATS_PORT + 4000)))
+		running=$(nats_version "$NATS_HTTP_PORT")
 		if [ "$running" = "$NATS_VERSION" ]; then
-			log "nats: already up ($NATS_VERSION, port $NATS_PORT)"
+			log "$NATS_LABEL: already up ($NATS_VERSION, port $NATS_PORT)"
 			return 0
 		fi
 		# A server of another version (the pinned one changed): replace it, keeping its JetStream data.
-		log "nats: ${running:-an unknown version} runs, $NATS_VERSION is pinned: restarting it"
+		log "$NATS_LABEL: ${running:-an unknown version} runs, $NATS_VERSION is pinned: restarting it"
 		nats_down
 	fi
 	if ! pid_is "$(nats_pid)" nats-server; then
-		port_in_use "$NATS_PORT" && die "nats: port $NATS_PORT is taken by a process this script did not start"
+		port_in_use "$NATS_PORT" && die "$NATS_LABEL: port $NATS_PORT is taken by a process this script did not start"
 		rm -f "$NATS_DIR/nats.pid"
 		nohup "$NATS_BIN" -c "$NATS_DIR/nats.conf" >"$NATS_DIR/stdout.log" 2>&1 </dev/null 9>&- &
-		log "nats: started pid $! on 127.0.0.1:$NATS_PORT"
+		log "$NATS_LABEL: started pid $! on 127.0.0.1:$NATS_PORT"
 	fi
-	timed "nats: wait for startup" wait_for 30 "nats to answer" nats_ready ||
+	timed "$NATS_LABEL: wait for startup" wait_for 60 "$NATS_LABEL to answer" nats_ready ||
 		{
 			show_log "$NATS_DIR/nats.log"
-			die "nats is not ready"
+			die "$NATS_LABEL is not ready"
 		}
-	log "nats: up ($NATS_VERSION, port $NATS_PORT, monitoring $((NATS_PORT + 4000)), JetStream in $NATS_DIR/jetstream)"
+	log "$NATS_LABEL: up ($NATS_VERSION, port $NATS_PORT, monitoring $NATS_HTTP_PORT, JetStream in $NATS_DIR/jetstream)"
 }
 
 nats_down() { daemon_down nats "$NATS_DIR" nats-server; }
@@ -869,7 +887,110 @@ nats_status() {
 		echo "$line"
 		return 1
 	}
-	echo "${line%)}, $(nats_version $((NATS_PORT + 4000))))"
+	echo "${line%)}, $(nats_version "$NATS_HTTP_PORT"))"
+}
+
+# ---------------------------------------------------------------------------------------------
+# A NATS cluster: three servers of the functions above, each in a subshell with its own NATS_DIR
+# and ports, routed to each other, with JetStream clustered over them.
+
+NATS_CLUSTER_DIR=$STATE/nats-cluster
+NATS_CLUSTER_PORT=${TIMEOUTMILL_NATS_CLUSTER_PORT:-4250}
+NATS_CLUSTER_NAME=${TIMEOUTMILL_NATS_CLUSTER_NAME:-tmnats}
+NATS_CLUSTER_NODES=(1 2 3)
+
+# nats_cluster_node N points the NATS functions at server N: client port base + N - 1, route
+# port base + 3 + N - 1, monitoring port base + 6 + N - 1; its server name is NAME-N.
+nats_cluster_node() {
+	local n=$1 i routes=()
+	NATS_DIR=$NATS_CLUSTER_DIR/node$n
+	NATS_PORT=$((NATS_CLUSTER_PORT + n - 1))
+	NATS_HTTP_PORT=$((NATS_CLUSTER_PORT + 6 + n - 1))
+	NATS_LABEL="nats-cluster node $n"
+	for i in "${NATS_CLUSTER_NODES[@]}"; do
+		routes+=("nats-route://127.0.0.1:$((NATS_CLUSTER_PORT + 3 + i - 1))")
+	done
+	# Every server lists all three routes (its own is ignored), so any two find each other.
+	NATS_CLUSTER_CONF="server_name: $NATS_CLUSTER_NAME-$n
+cluster {
+  name: $NATS_CLUSTER_NAME
+  listen: 127.0.0.1:$((NATS_CLUSTER_PORT + 3 + n - 1))
+  routes: [$(
+		IFS=,
+		echo "${routes[*]}"
+	)]
+}"
+}
+
+# nats_cluster_urls prints the three client URLs, joined by commas.
+nats_cluster_urls() {
+	local n urls=()
+	for n in "${NATS_CLUSTER_NODES[@]}"; do urls+=("nats://127.0.0.1:$((NATS_CLUSTER_PORT + n - 1))"); done
+	(
+		IFS=,
+		echo "${urls[*]}"
+	)
+}
+
+nats_cluster_up() {
+	local n pids=() rc=0
+	install_missing nats
+	nats_install
+	# In parallel: a server answers /healthz only once JetStream has a meta leader, which takes two.
+	for n in "$@"; do
+		(nats_cluster_node "$n" && nats_up) &
+		pids+=($!)
+	done
+	for n in "${pids[@]}"; do wait "$n" || rc=1; done
+	[ "$rc" -eq 0 ] || die "nats-cluster: a server did not start"
+	log "nats-cluster: up, $(nats_cluster_urls)"
+}
+
+nats_cluster_down() {
+	local n
+	for n in "$@"; do
+		(nats_cluster_node "$n" && nats_down 2>/dev/null && log "nats-cluster node $n: down")
+	done
+}
+
+nats_cluster_status() {
+	local n rc=0
+	for n in "$@"; do
+		(nats_cluster_node "$n" && nats_status) | sed "s/^nats/nats-cluster node $n/" || rc=1
+	done
+	echo "nats-cluster urls: $(nats_cluster_urls)"
+	return "$rc"
+}
+
+# nats_cluster_all_up: every server of the cluster runs and is ready.
+nats_cluster_all_up() {
+	local n
+	for n in "${NATS_CLUSTER_NODES[@]}"; do
+		(nats_cluster_node "$n" && pid_is "$(nats_pid)" nats-server && nats_ready) || return 1
+	done
+}
+
+nats_cluster_main() {
+	[ $# -ge 1 ] || usage
+	local cmd=$1 n nodes=()
+	shift
+	for n in "$@"; do
+		case $n in
+		1 | 2 | 3) nodes+=("$n") ;;
+		*) die "unknown nats-cluster server '$n' (want 1, 2 or 3)" ;;
+		esac
+	done
+	[ ${#nodes[@]} -gt 0 ] || nodes=("${NATS_CLUSTER_NODES[@]}")
+	case $cmd in
+	up | down | status) ;;
+	*) usage ;;
+	esac
+	mkdir -p "$STATE"
+	chmod 755 "$STATE"
+	exec 9>"$STATE/nats-cluster.lock"
+	flock 9
+	"nats_cluster_$cmd" "${nodes[@]}"
+	[ "$cmd" = status ] || write_env
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -933,7 +1054,7 @@ is_up() {
 }
 
 write_env() {
-	local tmp=$ENV_FILE.tmp
+	local tmp=$ENV_FILE.tmp.$$ # nats-cluster writes it under a lock of its own
 	{
 		echo "# Generated by scripts/services.sh; source it before running tests."
 		if is_up rabbitmq; then
@@ -956,6 +1077,9 @@ write_env() {
 		fi
 		if is_up nats; then
 			echo "export TIMEOUTMILL_TEST_NATS_URL=nats://127.0.0.1:$NATS_PORT"
+		fi
+		if nats_cluster_all_up; then
+			echo "export TIMEOUTMILL_TEST_NATS_CLUSTER_URL=$(nats_cluster_urls)"
 		fi
 		if is_up toxiproxy; then
 			echo "export TIMEOUTMILL_TEST_TOXIPROXY_URL=http://127.0.0.1:$TOXIPROXY_PORT"
@@ -996,6 +1120,10 @@ main() {
 		;;
 	pg-replica)
 		pg_replica_main "$@"
+		return
+		;;
+	nats-cluster)
+		nats_cluster_main "$@"
 		return
 		;;
 	up | down | status | env) ;;
