@@ -25,11 +25,13 @@ type transportFlags struct {
 	Transport  string `required:"" help:"Transport URL: ${transport_schemes}." placeholder:"URL"`
 	ErrorQueue string `default:"error" help:"Queue for messages that cannot be handled."`
 	QueueType  string `default:"classic" enum:"classic,quorum" help:"Type of the queues created on RabbitMQ: classic, or quorum (replicated, for a cluster). Queues that exist are used as they are."`
+	// StreamReplicas is validated by natstransport (1 to 5).
+	StreamReplicas int `default:"1" help:"Replicas of the streams created on NATS JetStream: 1 on a single server, 3 in a cluster of three (survives the loss of a server). Streams that exist are used as they are."`
 }
 
 // transportOptions are the flags' settings beyond the URL.
 func (f transportFlags) transportOptions() connect.TransportOptions {
-	return connect.TransportOptions{QueueType: f.QueueType}
+	return connect.TransportOptions{QueueType: f.QueueType, Replicas: f.StreamReplicas}
 }
 
 func (f storeFlags) validate() error {

@@ -94,10 +94,15 @@ type TransportOptions struct {
 	// nothing for three of them is made again. Zero means the transport's default. Other
 	// transports ignore it.
 	Heartbeat time.Duration
+	// Replicas is how many servers of a NATS cluster keep each stream created
+	// (natstransport.Config.Replicas): 3 in a cluster of three; 0 means 1. Streams that exist
+	// are used as they are. Other transports ignore it.
+	Replicas int
 }
 
 // OpenTransportWith is OpenTransport with options. An amqp:// URL may list the nodes of a
-// RabbitMQ cluster separated by commas (amqptransport.Config.URL).
+// RabbitMQ cluster separated by commas (amqptransport.Config.URL), a nats:// URL the servers of
+// a NATS cluster (natstransport.Config.URL).
 func OpenTransportWith(ctx context.Context, rawURL string, opts TransportOptions, logger watermill.LoggerAdapter) (*Transport, error) {
 	scheme, _, _ := strings.Cut(rawURL, ":")
 	switch strings.ToLower(scheme) {
@@ -139,7 +144,7 @@ func OpenTransportWith(ctx context.Context, rawURL string, opts TransportOptions
 		}
 		return &Transport{Publisher: pub, Subscriber: sub, DeclareEndpoint: pub.DeclareEndpoint}, nil
 	case "nats", "tls":
-		cfg := natstransport.Config{URL: rawURL, Consumers: ServiceStreamConsumers}
+		cfg := natstransport.Config{URL: rawURL, Consumers: ServiceStreamConsumers, Replicas: opts.Replicas}
 		if err := cfg.Validate(); err != nil {
 			return nil, fmt.Errorf("%w: transport %s: %w", ErrInvalid, Redact(rawURL), RedactError(err, rawURL))
 		}

@@ -97,9 +97,32 @@ func TestSetupCreatesStreamsAndConsumerGroupsNamedByTheWireContract(t *testing.T
 			require.Equal(t, []string{subject}, info.Config.Subjects)
 			require.Equal(t, retention, info.Config.Retention, subject)
 			require.Equal(t, nats.FileStorage, info.Config.Storage)
+			require.Equal(t, 1, info.Config.Replicas, "one replica unless told: a single server takes no more")
 			require.NoError(t, js.DeleteStream(info.Config.Name))
 		}
 	})
+}
+
+// TestStreamReplicasReachTheServer: --stream-replicas out of JetStream's range is refused before
+// connecting, and replicas a single server cannot keep fail the setup with the server's reason,
+// naming the stream, rather than create streams with fewer replicas than asked for.
+func TestStreamReplicasReachTheServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, err := connect.OpenTransportWith(ctx, "nats://app:topsecret@127.0.0.1:1", connect.TransportOptions{Replicas: 7}, watermill.NopLogger{})
+	require.ErrorIs(t, err, connect.ErrInvalid)
+	require.True(t, connect.Permanent(err))
+	require.ErrorContains(t, err, "Replicas must be between 1 and 5, got 7")
+	require.NotContains(t, err.Error(), "topsecret")
+
+	url := testenv.NATSURL(t)
+	endpoint := "connect-" + randomHex(t)
+	tr, err := connect.OpenTransportWith(ctx, url, connect.TransportOptions{Replicas: 3}, watermill.NopLogger{})
+	require.NoError(t, err)
+	defer tr.Close()
+	err = tr.DeclareEndpoint(ctx, endpoint, endpoint+".error")
+	require.ErrorContains(t, err, "stream for "+endpoint+".Timeouts")
+	require.ErrorContains(t, err, "replicas > 1 not supported in non-clustered mode")
 }
 
 func randomHex(t *testing.T) string {

@@ -18,9 +18,13 @@ const (
 	defaultDurable   = "timeoutmill"
 	defaultConsumers = 1
 	defaultAckWait   = 30 * time.Second
+	defaultReplicas  = 1
 )
 
-const maxConsumers = 256
+const (
+	maxConsumers = 256
+	maxReplicas  = 5 // JetStream's own limit
+)
 
 // Config configures a Publisher and a Subscriber on one NATS server or cluster with JetStream.
 type Config struct {
@@ -47,6 +51,13 @@ type Config struct {
 	// delivers it again (a consumer that stopped or crashed). Defaults to 30 s. A message whose
 	// handling takes longer is handled twice.
 	AckWait time.Duration
+
+	// Replicas is how many servers of a cluster keep each stream this package creates (its
+	// consumers take the stream's): 3 in a cluster of three, so that the streams survive the loss
+	// of any one server (another leads, nothing acknowledged is lost). Defaults to 1, what a
+	// single server needs; JetStream allows 1 to 5, and no more than the cluster has servers. A
+	// stream that exists already is used as it is, with its own replicas.
+	Replicas int
 }
 
 func (c *Config) setDefaults() {
@@ -54,6 +65,7 @@ func (c *Config) setDefaults() {
 	c.Consumers = cmp.Or(c.Consumers, defaultConsumers)
 	c.AckWait = cmp.Or(c.AckWait, defaultAckWait)
 	c.MaxAckPending = cmp.Or(c.MaxAckPending, 8*c.Consumers)
+	c.Replicas = cmp.Or(c.Replicas, defaultReplicas)
 }
 
 // Validate reports the first setting that cannot work, after defaults.
@@ -80,6 +92,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: natstransport: MaxAckPending must not be negative, got %d", ErrInvalidConfig, c.MaxAckPending)
 	case c.AckWait < 0:
 		return fmt.Errorf("%w: natstransport: AckWait must not be negative, got %s", ErrInvalidConfig, c.AckWait)
+	case c.Replicas < 1 || c.Replicas > maxReplicas:
+		return fmt.Errorf("%w: natstransport: Replicas must be between 1 and %d, got %d", ErrInvalidConfig, maxReplicas, c.Replicas)
 	case StreamName(c.Durable) != c.Durable:
 		return fmt.Errorf("%w: natstransport: Durable %q may hold only letters, digits, '-' and '_'", ErrInvalidConfig, c.Durable)
 	}

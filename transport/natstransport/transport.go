@@ -80,8 +80,8 @@ func New(config Config, logger watermill.LoggerAdapter) (*Publisher, *Subscriber
 		closeBoth()
 		return nil, nil, fmt.Errorf("natstransport: %w", err)
 	}
-	return &Publisher{Publisher: pub, streams: newStreams(pubJS)},
-		&Subscriber{conn: subConn, config: config, streams: newStreams(subJS), logger: logger, closing: make(chan struct{})}, nil
+	return &Publisher{Publisher: pub, streams: newStreams(pubJS, config.Replicas)},
+		&Subscriber{conn: subConn, config: config, streams: newStreams(subJS, config.Replicas), logger: logger, closing: make(chan struct{})}, nil
 }
 
 func connect(config Config, role string) (*nats.Conn, error) {
@@ -343,13 +343,14 @@ func (sc *subscription) handle(ctx context.Context, m *nats.Msg) {
 
 // streams makes sure a stream captures a subject, remembering subjects it has seen captured.
 type streams struct {
-	js   nats.JetStreamContext
-	mu   sync.Mutex
-	seen map[string]bool
+	js       nats.JetStreamContext
+	replicas int // of the streams it creates
+	mu       sync.Mutex
+	seen     map[string]bool
 }
 
-func newStreams(js nats.JetStreamContext) *streams {
-	return &streams{js: js, seen: map[string]bool{}}
+func newStreams(js nats.JetStreamContext, replicas int) *streams {
+	return &streams{js: js, replicas: replicas, seen: map[string]bool{}}
 }
 
 func (s *streams) ensure(subject string, retention nats.RetentionPolicy) error {
@@ -365,6 +366,7 @@ func (s *streams) ensure(subject string, retention nats.RetentionPolicy) error {
 			Subjects:  []string{subject},
 			Retention: retention,
 			Storage:   nats.FileStorage,
+			Replicas:  s.replicas,
 		})
 		if err != nil {
 			if _, again := s.js.StreamNameBySubject(subject); again == nil {
