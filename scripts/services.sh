@@ -947,10 +947,12 @@ nats_cluster_up() {
 }
 
 nats_cluster_down() {
-	local n
+	local n pids=()
 	for n in "$@"; do
-		(nats_cluster_node "$n" && nats_down 2>/dev/null && log "nats-cluster node $n: down")
+		(nats_cluster_node "$n" && nats_down 2>/dev/null && log "nats-cluster node $n: down") &
+		pids+=($!)
 	done
+	for n in "${pids[@]}"; do wait "$n" || true; done
 }
 
 nats_cluster_status() {
