@@ -117,3 +117,34 @@ func timeSteering(ctx context.Context, sides []*scale) ([]map[string]time.Durati
 	}
 	return p50, nil
 }
+
+// statsCalls is how many times Stats is timed on each store: few, as a Stats that reads the
+// whole table takes seconds at millions pending.
+const statsCalls = 5
+
+// timeStats times statsCalls calls of Stats (what the gauges, the dashboard's overview and
+// `timeoutmill stats` ask) on each side, in turns, and returns each side's p50.
+func timeStats(ctx context.Context, sides []*scale) ([]time.Duration, error) {
+	times := make([][]time.Duration, len(sides))
+	for range statsCalls {
+		for i, s := range sides {
+			start := time.Now()
+			if _, err := s.inspector().Stats(ctx, start); err != nil {
+				return nil, fmt.Errorf("stats: %w", err)
+			}
+			times[i] = append(times[i], time.Since(start))
+		}
+	}
+	p50 := make([]time.Duration, len(sides))
+	for i, ds := range times {
+		slices.Sort(ds)
+		p50[i] = ds[len(ds)/2]
+	}
+	return p50, nil
+}
+
+// statsNote adds the p50 of Stats to a scale row.
+func statsNote(r *Result, p50 time.Duration) {
+	r.Figures["stats_p50_ms"] = float64(p50) / float64(time.Millisecond)
+	r.Notes = append(r.Notes, fmt.Sprintf("Stats p50 %s ms (%d calls)", millis(p50), statsCalls))
+}
