@@ -60,6 +60,8 @@ type options struct {
 	duration     time.Duration
 	ceilingCount int
 	payload      int
+	scale        string
+	scaleOut     string
 	cpuProfile   string
 	trace        string
 }
@@ -82,6 +84,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.duration, "precision-duration", 0, "length of the precision stream (default: the mode's)")
 	fs.IntVar(&o.ceilingCount, "ceiling-messages", 0, "messages through each raw broker path (default: the mode's)")
 	fs.IntVar(&o.payload, "payload", 0, "bytes in every message's body, in every scenario (default 64; 1024 for realistic payloads)")
+	fs.StringVar(&o.scale, "scale", os.Getenv("BENCH_SCALE"), "timeouts pending in the PostgreSQL scale rows, as a count or with k or m (10m); 0 skips them (default: the mode's, 1m in full mode; BENCH_SCALE)")
+	fs.StringVar(&o.scaleOut, "scale-out", "", "timeouts of the backlog 1, 2 and 4 timeoutmill run processes drain, as a count or with k or m; 0 skips it (default: the mode's, 100k in full mode)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (every system runs in this process) to this file")
 	fs.StringVar(&o.trace, "trace", "", "write an execution trace of the whole run to this file (go tool trace -pprof=net|sync|sched shows where it waits)")
 	if err := fs.Parse(args); err != nil {
@@ -111,6 +115,23 @@ func (o options) plan() (bench.Plan, error) {
 	override(&plan.Payload, o.payload)
 	if o.duration > 0 {
 		plan.PrecisionDuration = o.duration
+	}
+	if o.scale != "" {
+		n, err := bench.ParseCount(o.scale)
+		if err != nil {
+			return plan, fmt.Errorf("-scale (BENCH_SCALE): %w", err)
+		}
+		plan.ScalePending = n
+	}
+	if o.scaleOut != "" {
+		n, err := bench.ParseCount(o.scaleOut)
+		if err != nil {
+			return plan, fmt.Errorf("-scale-out: %w", err)
+		}
+		plan.ScaleOutBacklog = n
+		if len(plan.ScaleOutInstances) == 0 {
+			plan.ScaleOutInstances = bench.ScaleOutInstances()
+		}
 	}
 	return plan, nil
 }
@@ -178,7 +199,7 @@ func benchmark(ctx context.Context, o options, stdout, stderr io.Writer) (err er
 		env.NATSURL = os.Getenv("TIMEOUTMILL_TEST_NATS_URL")
 	}
 	env.Timeoutmill = o.timeoutmill
-	if env.Timeoutmill == "" && plan.ScalePending > 0 {
+	if env.Timeoutmill == "" && (plan.ScalePending > 0 || plan.ScaleOutBacklog > 0) {
 		env.Timeoutmill = buildTimeoutmill(ctx, tmp, stderr)
 	}
 
@@ -242,7 +263,7 @@ func writeMarkdown(path string, mode bench.Mode, header string, results []bench.
 	return path, nil
 }
 
-// buildTimeoutmill builds the service the scale scenario runs, from the module in the current
+// buildTimeoutmill builds the service the scale and scale-out scenarios run, from the module in the current
 // directory. On failure the scale rows say there was no service to run.
 func buildTimeoutmill(ctx context.Context, dir string, log io.Writer) string {
 	path := filepath.Join(dir, "timeoutmill")

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,4 +68,26 @@ func line(t *testing.T, text, prefix string) string {
 	}
 	t.Fatalf("no line starting %q in:\n%s", prefix, text)
 	return ""
+}
+
+// TestScaleSwitch: BENCH_SCALE sets the pending count of the scale rows, -scale overrides it, and
+// -scale-out sets the scale-out backlog.
+func TestScaleSwitch(t *testing.T) {
+	t.Setenv("BENCH_SCALE", "10m")
+	plan := func(args ...string) (int, int, error) {
+		o, err := parse(args, io.Discard)
+		require.NoError(t, err)
+		p, err := o.plan()
+		return p.ScalePending, p.ScaleOutBacklog, err
+	}
+	pending, backlog, err := plan("-mode", "full")
+	require.NoError(t, err)
+	require.Equal(t, 10000000, pending)
+	require.Equal(t, 100000, backlog, "the full run's")
+	pending, backlog, err = plan("-mode", "quick", "-scale", "0", "-scale-out", "5k")
+	require.NoError(t, err)
+	require.Equal(t, 0, pending)
+	require.Equal(t, 5000, backlog)
+	_, _, err = plan("-scale", "lots")
+	require.ErrorContains(t, err, "-scale (BENCH_SCALE)")
 }

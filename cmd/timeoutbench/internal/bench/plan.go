@@ -2,6 +2,8 @@ package bench
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -42,6 +44,11 @@ type Plan struct {
 	ScalePending int
 	ScaleStores  int
 
+	// ScaleOutBacklog timeouts due at one instant are drained by each of ScaleOutInstances
+	// counts of `timeoutmill run` processes sharing one store and broker; 0 skips it.
+	ScaleOutBacklog   int
+	ScaleOutInstances []int
+
 	// Runs is how many times each backlog and each ceiling runs. Its row is the run with the
 	// median drain rate, with the early, lost and duplicated messages of every run, and a note
 	// listing each run's rate. A ratio target divides two such medians: one run cannot decide
@@ -73,6 +80,8 @@ func PlanFor(mode Mode) (Plan, error) {
 			CommitTime:        3 * time.Second,
 			ScalePending:      1000000,
 			ScaleStores:       30000,
+			ScaleOutBacklog:   100000,
+			ScaleOutInstances: ScaleOutInstances(),
 			Runs:              3,
 			Grace:             20 * time.Second,
 		}, nil
@@ -96,3 +105,25 @@ func PlanFor(mode Mode) (Plan, error) {
 
 // runs is Runs, at least one.
 func (p Plan) runs() int { return max(1, p.Runs) }
+
+// ScaleOutInstances returns the numbers of `timeoutmill run` processes the scale-out scenario
+// compares.
+func ScaleOutInstances() []int { return []int{1, 2, 4} }
+
+// ParseCount reads a count as a number, or with a k (thousands) or m (millions) suffix: "10m" is
+// 10,000,000.
+func ParseCount(s string) (int, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	unit := 1
+	switch {
+	case strings.HasSuffix(t, "m"):
+		unit, t = 1000000, strings.TrimSuffix(t, "m")
+	case strings.HasSuffix(t, "k"):
+		unit, t = 1000, strings.TrimSuffix(t, "k")
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("bench: %q is not a count (a number, or with k or m: 10m)", s)
+	}
+	return n * unit, nil
+}

@@ -24,6 +24,8 @@ type Suite struct {
 	Ceilings []Ceiling
 	// Scale runs the scale scenario when Plan.ScalePending > 0.
 	Scale func(ctx context.Context, env Env, plan Plan) ([]Result, error)
+	// ScaleOut runs the scale-out scenario when Plan.ScaleOutBacklog > 0.
+	ScaleOut func(ctx context.Context, env Env, plan Plan) ([]Result, error)
 	// Only, when set, keeps the rows whose name it matches.
 	Only *regexp.Regexp
 }
@@ -35,6 +37,7 @@ func DefaultSuite(plan Plan) Suite {
 		Systems:  Systems(plan),
 		Ceilings: Ceilings(),
 		Scale:    runScale,
+		ScaleOut: runScaleOut,
 	}
 }
 
@@ -43,7 +46,7 @@ func (s Suite) wants(name string) bool {
 }
 
 // Run runs the suite and returns its rows in order: ceilings, then each system's precision and
-// backlog, then scale. A scenario that fails is a row saying why; Run fails only when ctx ends.
+// backlog, then scale, then scale-out. A scenario that fails is a row saying why; Run fails only when ctx ends.
 func (s Suite) Run(ctx context.Context, env Env) ([]Result, error) {
 	var results []Result
 	add := func(r Result) {
@@ -115,7 +118,34 @@ func (s Suite) Run(ctx context.Context, env Env) ([]Result, error) {
 			}
 		}
 	}
+	if s.ScaleOut != nil && s.Plan.ScaleOutBacklog > 0 && len(s.Plan.ScaleOutInstances) > 0 && s.wantsScaleOut() {
+		probe := Result{System: scaleOutSystem(s.Plan.ScaleOutInstances[0]), Kind: KindScaleOut}
+		if why := (System{Needs: []string{"rabbitmq", "postgres"}}).missing(env); why != "" {
+			probe.NotRun = why
+			add(probe)
+		} else {
+			progress(env, "start %s", KindScaleOut)
+			rs, err := s.ScaleOut(ctx, env, s.Plan)
+			if err != nil {
+				probe.NotRun = "failed: " + err.Error()
+				rs = append(rs, probe)
+			}
+			for _, r := range rs {
+				add(r)
+			}
+		}
+	}
 	return results, ctx.Err()
+}
+
+// wantsScaleOut is whether Only matches the row of any of the scale-out's instance counts.
+func (s Suite) wantsScaleOut() bool {
+	for _, n := range s.Plan.ScaleOutInstances {
+		if s.wants(Result{System: scaleOutSystem(n), Kind: KindScaleOut}.Name()) {
+			return true
+		}
+	}
+	return false
 }
 
 // runSystem opens sys once and runs the workloads on it.

@@ -144,10 +144,15 @@ func Targets(results []Result) []Target {
 		relative("drain RabbitMQ native ≥ 0.9× the plain client on the same topology", nativeRabbitMQ().Name, nativePlainName, KindBacklog, 0.9),
 	)
 
+	return append(append(out, scaleTargets(results)...), scaleOutTargets(f, results)...)
+}
+
+// scaleTargets holds the PostgreSQL store at its scale size to the empty store measured beside it.
+func scaleTargets(results []Result) []Target {
 	var small, large Result
 	var haveSmall, haveLarge bool
 	for _, r := range results {
-		if r.Kind != KindScale || r.NotRun != "" {
+		if r.Kind != KindScale || r.NotRun != "" || !strings.HasPrefix(r.System, "PostgreSQL store") {
 			continue
 		}
 		if r.Figures["pending"] == 0 {
@@ -156,8 +161,14 @@ func Targets(results []Result) []Target {
 			large, haveLarge = r, true
 		}
 	}
-	storeT := Target{Goal: "at 1 M pending, store rate within 10 % of the empty store's", Met: "—", Measured: notMeasured}
-	claimT := Target{Goal: "at 1 M pending, one claim ≤ 2× the empty store's", Met: "—", Measured: notMeasured}
+	size := "scale"
+	if haveLarge {
+		size = count(int(large.Figures["pending"])) + " pending"
+	}
+	storeT := Target{Goal: "PostgreSQL at " + size + ": store rate within 10 % of the empty store's", Met: "—", Measured: notMeasured}
+	claimT := Target{Goal: "PostgreSQL at " + size + ": one claim ≤ 2× the empty store's", Met: "—", Measured: notMeasured}
+	steerT := Target{Goal: "PostgreSQL at " + size + ": each steering call's p50 ≤ 2× the empty store's", Met: "—", Measured: notMeasured}
+	statsT := Target{Goal: fmt.Sprintf("PostgreSQL at %s: Stats p50 ≤ %d ms", size, statsTargetMillis), Met: "—", Measured: notMeasured}
 	memT := Target{Goal: "service memory does not grow with the number pending", Met: "—", Measured: notMeasured}
 	if haveSmall && haveLarge {
 		s0, s1 := small.Figures["store"], large.Figures["store"]
@@ -167,11 +178,73 @@ func Targets(results []Result) []Target {
 		claimT.Measured = fmt.Sprintf("claim of %d due ids: p50 %.1f ms, max %.1f ms (empty store: p50 %.1f ms); poll with nothing due: p50 %.2f ms (empty store: %.2f ms)",
 			scaleClaimBatch, p50, worst, p50Empty, large.Figures["poll_p50_ms"], small.Figures["poll_p50_ms"])
 		claimT.Met = verdict(p50 <= 2*p50Empty)
+		var calls []string
+		met := true
+		for _, op := range steeringOps {
+			v, v0 := large.Figures[op.name+"_p50_ms"], small.Figures[op.name+"_p50_ms"]
+			calls = append(calls, fmt.Sprintf("%s %.2f vs %.2f", op.name, v, v0))
+			met = met && v <= 2*v0
+		}
+		steerT.Measured = "p50 in ms, full vs empty: " + strings.Join(calls, ", ")
+		steerT.Met = verdict(met)
+		if v, ok := large.Figures["stats_p50_ms"]; ok {
+			statsT.Measured = fmt.Sprintf("p50 %.1f ms (empty store: %.1f ms)", v, small.Figures["stats_p50_ms"])
+			statsT.Met = verdict(v <= statsTargetMillis)
+		}
 		m0, m1 := small.Figures["rss_mib"], large.Figures["rss_mib"]
 		memT.Measured = fmt.Sprintf("peak RSS %.1f MiB empty, %.1f MiB at %s pending", m0, m1, count(int(large.Figures["pending"])))
 		memT.Met = verdict(m1 <= 1.1*m0)
 	}
-	return append(out, storeT, claimT, memT)
+	return []Target{storeT, claimT, steerT, statsT, memT}
+}
+
+// statsTargetMillis is the p50 Stats may take at scale.
+const statsTargetMillis = 50
+
+// scaleOutFactor is the share of one instance's drain the most instances must reach: more
+// processes on a machine of few cores may add no speed, but must not slow the drain down.
+const scaleOutFactor = 0.9
+
+// scaleOutTargets holds the drain of the most instances to scaleOutFactor times one instance's,
+// and every scale-out drain to no duplicate.
+func scaleOutTargets(f finder, results []Result) []Target {
+	var rows []Result
+	for _, r := range results {
+		if r.Kind == KindScaleOut && r.NotRun == "" {
+			rows = append(rows, r)
+		}
+	}
+	drainT := Target{Goal: fmt.Sprintf("scale-out: the drain with the most instances ≥ %g× the drain with one", scaleOutFactor), Met: "—", Measured: notMeasured}
+	dupT := Target{Goal: "scale-out: 0 duplicates and 0 lost with any number of instances (no crash)", Met: "—", Measured: notMeasured}
+	one, ok := f.get(scaleOutSystem(1), KindScaleOut)
+	most := one
+	for _, r := range rows {
+		if r.Figures["instances"] > most.Figures["instances"] {
+			most = r
+		}
+	}
+	if ok && most.Figures["instances"] > 1 && one.DrainRate > 0 {
+		var each []string
+		for _, r := range rows {
+			each = append(each, fmt.Sprintf("%g: %s/s", r.Figures["instances"], rate(r.DrainRate)))
+		}
+		drainT.Measured = fmt.Sprintf("%s (%.2f×)", strings.Join(each, ", "), most.DrainRate/one.DrainRate)
+		drainT.Met = verdict(most.DrainRate >= scaleOutFactor*one.DrainRate)
+	}
+	if len(rows) > 0 {
+		var bad []string
+		for _, r := range rows {
+			if r.Duplicated > 0 || r.Lost > 0 {
+				bad = append(bad, fmt.Sprintf("%g instances: %d duplicated, %d lost", r.Figures["instances"], r.Duplicated, r.Lost))
+			}
+		}
+		dupT.Met = verdict(len(bad) == 0)
+		dupT.Measured = fmt.Sprintf("0 in all %d rows", len(rows))
+		if len(bad) > 0 {
+			dupT.Measured = strings.Join(bad, "; ")
+		}
+	}
+	return []Target{drainT, dupT}
 }
 
 // backlogRoundTrips is how many times the raw round trip's time for the same count a backlog's
