@@ -294,3 +294,21 @@ type Survey struct {
 	// Destinations counts the timeouts of each destination.
 	Destinations map[string]int
 }
+
+// Clocked is an optional interface that may be implemented by a [Store] shared by processes on
+// several machines: it tells the time on the store's own clock, the one clock that decides when a
+// timeout is due.
+//
+// A timeout manager on a Clocked store measures its clock's offset to the store's (NTP-style,
+// within half the round trip of Now) at least once per poll, passes ClaimDue a now on the store's
+// clock, and holds every forward until the due time has passed on the store's clock: instances
+// whose clocks differ never deliver early by it, and a clock that runs behind adds no lateness.
+// If a Store does not implement Clocked, the manager's own clock (timeouts.Config.Clock) is the
+// store's: right for a store kept in one process (memory) or on one machine (SQLite), whose
+// instances all read the same clock. The SQL stores of this module on a database server
+// (PostgreSQL, MySQL/MariaDB, SQL Server) implement it.
+type Clocked interface {
+	// Now returns the store's current time, read in one round trip. It is the time when the
+	// store answers, not when a transaction began.
+	Now(ctx context.Context) (time.Time, error)
+}

@@ -28,6 +28,9 @@ type Activity struct {
 	Failures map[string]uint64
 	// Breakers are the circuit breakers of the fetch, store and dispatch stages.
 	Breakers []BreakerState
+	// Clock is the latest measurement of the offset between the manager's clock and its
+	// store's (Manager.ClockOffset).
+	Clock ClockOffset
 }
 
 // LatenessBucket counts the messages forwarded later than the bucket before it and at most UpTo
@@ -47,7 +50,7 @@ type BreakerState struct {
 // Activity returns what the manager has done since it was created. It reads counters in memory
 // and never the store.
 func (m *Manager) Activity() Activity {
-	a := Activity{Endpoint: m.cfg.Endpoint, Failures: map[string]uint64{}}
+	a := Activity{Endpoint: m.cfg.Endpoint, Failures: map[string]uint64{}, Clock: m.ClockOffset()}
 	for i, b := range m.breakers {
 		a.Breakers = append(a.Breakers, BreakerState{Name: m.breakerNames[i], Armed: b.Armed()})
 	}

@@ -194,6 +194,22 @@ type Config struct {
 	// name. Defaults to empty: no name, claims wait for their lease. Refused: longer than
 	// persistence.MaxIDLength bytes, invalid UTF-8, only white space, or with a control character.
 	Instance string
+
+	// Clock reads the wall clock: every time the manager takes comes from it (when a poll claims,
+	// the due time of a relative delay, when a held forward may go), or, with a store that has a
+	// clock of its own (persistence.Clocked: the SQL stores on a database server), from the
+	// store's clock, whose offset to it the manager measures at least once per poll (see
+	// Manager.ClockOffset). It is for tests and simulations, such as an instance whose clock is
+	// skewed (the system clock plus an offset): its Now must advance as real time does, since
+	// timers and durations run on the process's monotonic clock. Defaults to the system clock;
+	// a nil pointer is refused.
+	Clock Clock
+	// ClockSkewAlarm is how far this manager's clock may be from its store's (persistence.Clocked)
+	// before a warning is logged and Manager.ClockOffset reports an alarm. The warning is logged
+	// once per change: when the offset goes above it, again when the offset moves by more than
+	// it, and a notice when the offset comes back under it. The manager keeps working either way:
+	// the store's clock decides when a timeout is due. Defaults to 1 second; negative is refused.
+	ClockSkewAlarm time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -240,6 +256,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.RetryDelay == 0 {
 		c.RetryDelay = breaker.DefaultRetryDelay
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	if c.ClockSkewAlarm == 0 {
+		c.ClockSkewAlarm = DefaultClockSkewAlarm
 	}
 }
 
@@ -301,6 +323,10 @@ func (c Config) validate() error {
 		return invalid("RetryDelay must not be negative, got %s", c.RetryDelay)
 	case c.CallTimeout < 0:
 		return invalid("CallTimeout must not be negative, got %s", c.CallTimeout)
+	case isNilPointer(c.Clock):
+		return invalid("Clock is a nil %T", c.Clock)
+	case c.ClockSkewAlarm < 0:
+		return invalid("ClockSkewAlarm must be positive, got %s", c.ClockSkewAlarm)
 	}
 	if why := invalidInstance(c.Instance); why != "" {
 		return invalid("Instance %s", why)

@@ -74,6 +74,8 @@ func TestEachConfigFieldSaysWhatNewManagerRefuses(t *testing.T) {
 		"RetryDelay":                          {func(c *timeouts.Config) { c.RetryDelay = -time.Second }},
 		"CallTimeout":                         {func(c *timeouts.Config) { c.CallTimeout = -time.Second }},
 		"Instance":                            {func(c *timeouts.Config) { c.Instance = "web\n1" }, func(c *timeouts.Config) { c.Instance = " " }},
+		"Clock":                               {func(c *timeouts.Config) { c.Clock = (*pointerClock)(nil) }},
+		"ClockSkewAlarm":                      {func(c *timeouts.Config) { c.ClockSkewAlarm = -time.Second }},
 	}
 	for field, doc := range docs {
 		mutations, ok := refused[field]
@@ -94,3 +96,8 @@ func TestEachConfigFieldSaysWhatNewManagerRefuses(t *testing.T) {
 		require.Contains(t, docs, field, "no such field")
 	}
 }
+
+// pointerClock is a Clock with a pointer receiver, for a nil one.
+type pointerClock struct{}
+
+func (*pointerClock) Now() time.Time { return time.Now() }

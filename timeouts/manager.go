@@ -16,6 +16,7 @@ import (
 	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
+	"github.com/timeoutmill/timeoutmill/internal/storeclock"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
@@ -37,8 +38,9 @@ type Manager struct {
 	tracing      tracing
 	stop         *lifecycle
 	instance     *instance
-	failures     lastFailures // each breaker's last failure, for Health
-	setUp        atomic.Bool  // the store's infrastructure is set up, for Health
+	failures     lastFailures      // each breaker's last failure, for Health
+	clock        *storeclock.Clock // the store's time, measured against Config.Clock
+	setUp        atomic.Bool       // the store's infrastructure is set up, for Health
 
 	mu         sync.Mutex
 	router     *message.Router
@@ -114,7 +116,11 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 	}
 
 	m.breakerNames = breakerNames
-	if m.metrics, err = newMetrics(config.MetricsRegisterer, config.Endpoint, config.Store, m.breakers, breakerNames); err != nil {
+	m.clock = storeclock.New(storeclock.Config{
+		Local: config.Clock.Now, Store: config.Store, Alarm: config.ClockSkewAlarm,
+		OnMeasured: func(c storeclock.Measurement) { m.metrics.onClock(c) },
+	}, m.logger)
+	if m.metrics, err = newMetrics(config.MetricsRegisterer, config.Endpoint, config.Store, m.clock.Now, m.breakers, breakerNames); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 

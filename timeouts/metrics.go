@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/timeoutmill/timeoutmill/internal/breaker"
+	"github.com/timeoutmill/timeoutmill/internal/storeclock"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
@@ -20,13 +21,15 @@ type metrics struct {
 	lateness   prometheus.Histogram
 	failures   *prometheus.CounterVec
 	parked     prometheus.Counter
+	// clockOffset and clockError are the latest measurement of the store's clock (Manager.ClockOffset).
+	clockOffset, clockError prometheus.Gauge
 }
 
 // latenessBuckets span a millisecond to ten minutes: the pipeline's own precision up to a
 // poller held back by an outage.
 var latenessBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
-func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.Store, breakers []*breaker.CircuitBreaker, breakerNames []string) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.Store, now func() time.Time, breakers []*breaker.CircuitBreaker, breakerNames []string) (*metrics, error) {
 	labels := prometheus.Labels{"endpoint": endpoint}
 	m := &metrics{
 		stored: prometheus.NewCounter(prometheus.CounterOpts{
@@ -48,11 +51,19 @@ func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.St
 		parked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "timeoutmill_timeouts_parked_total", Help: "Timeouts parked: their forward and their error-queue copy were both refused.", ConstLabels: labels,
 		}),
+		clockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "timeoutmill_clock_offset_seconds", Help: "The store's clock minus this instance's, as last measured (0 with a store that has no clock of its own).",
+			ConstLabels: labels,
+		}),
+		clockError: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "timeoutmill_clock_offset_error_seconds", Help: "How far the measured clock offset may be from the true one: half the measurement's round trip.",
+			ConstLabels: labels,
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	collectors := []prometheus.Collector{m.stored, m.dispatched, m.early, m.lateness, m.failures, m.parked}
+	collectors := []prometheus.Collector{m.stored, m.dispatched, m.early, m.lateness, m.failures, m.parked, m.clockOffset, m.clockError}
 	for i, b := range breakers {
 		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "timeoutmill_circuit_breaker_armed", Help: "1 while a stage is failing and its breaker counts down to a critical error.",
@@ -60,7 +71,7 @@ func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.St
 		}, func() float64 { return boolGauge(b.Armed()) }))
 	}
 	if inspector, ok := store.(persistence.Inspector); ok {
-		collectors = append(collectors, newStoreGauges(inspector, labels))
+		collectors = append(collectors, newStoreGauges(inspector, now, labels))
 	}
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
@@ -95,6 +106,13 @@ func (m *metrics) onParked() {
 	}
 }
 
+func (m *metrics) onClock(c storeclock.Measurement) {
+	if m != nil {
+		m.clockOffset.Set(c.Offset.Seconds())
+		m.clockError.Set(c.Error.Seconds())
+	}
+}
+
 func (m *metrics) onFailure(stage string) {
 	if m != nil {
 		m.failures.WithLabelValues(stage).Inc()
@@ -112,12 +130,14 @@ func boolGauge(b bool) float64 {
 // timeouts and, among them, the parked ones.
 type storeGauges struct {
 	inspector       persistence.Inspector
+	now             func() time.Time // the store's time
 	pending, parked *prometheus.Desc
 }
 
-func newStoreGauges(inspector persistence.Inspector, labels prometheus.Labels) *storeGauges {
+func newStoreGauges(inspector persistence.Inspector, now func() time.Time, labels prometheus.Labels) *storeGauges {
 	return &storeGauges{
 		inspector: inspector,
+		now:       now,
 		pending:   prometheus.NewDesc("timeoutmill_timeouts_pending", "Timeouts in the store, parked ones included (-1 when the store cannot be read).", nil, labels),
 		parked:    prometheus.NewDesc("timeoutmill_timeouts_parked", "Parked timeouts in the store, waiting for an operator (-1 when the store cannot be read).", nil, labels),
 	}
@@ -132,7 +152,7 @@ func (g *storeGauges) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	pending, parked := -1.0, -1.0
-	if st, err := g.inspector.Stats(ctx, time.Now()); err == nil {
+	if st, err := g.inspector.Stats(ctx, g.now()); err == nil {
 		pending, parked = float64(st.Pending), float64(st.Parked)
 	}
 	ch <- prometheus.MustNewConstMetric(g.pending, prometheus.GaugeValue, pending)

@@ -27,6 +27,10 @@ type Queries struct {
 	Store string
 	// Next selects the earliest available_at, or NULL.
 	Next string
+	// Now selects the database's current time in UTC, read when the statement runs (not when a
+	// transaction began); empty for a database on the caller's machine (SQLite), whose clock is
+	// the caller's. See persistence.Clocked.
+	Now string
 	// Claim moves up to limit claimable rows to until, records by as their claiming instance
 	// (NULL for none), and returns their id and due: until, now, limit, by.
 	Claim string

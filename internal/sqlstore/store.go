@@ -79,6 +79,25 @@ func DB(s *Store) *sql.DB {
 	return s.d.DB
 }
 
+// DatabaseTime returns the database's current time (Queries.Now), for a backend's
+// persistence.Clocked. It fails with persistence.ErrUnsupported when the dialect has no Now.
+func DatabaseTime(ctx context.Context, s *Store) (time.Time, error) {
+	if err := Opened(s); err != nil {
+		return time.Time{}, err
+	}
+	if s.d.Queries.Now == "" {
+		return time.Time{}, fmt.Errorf("%s: the database's time: %w", s.d.Name, persistence.ErrUnsupported)
+	}
+	now := s.timeValue()
+	if err := queryRow(ctx, s.d.Reader, s.d.Queries.Now, nil, now); err != nil {
+		return time.Time{}, fmt.Errorf("%s: the database's time: %w", s.d.Name, err)
+	}
+	if !now.valid {
+		return time.Time{}, fmt.Errorf("%s: the database's time is NULL", s.d.Name)
+	}
+	return now.t, nil
+}
+
 // Store keeps t unless a timeout with its id is stored already.
 func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) {
 	if err := Opened(s); err != nil {

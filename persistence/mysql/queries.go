@@ -36,6 +36,8 @@ func newQueries(table string) queries {
 	// transaction, whose snapshot would not show what a concurrent Schedule committed.
 	core.Exists += ` LOCK IN SHARE MODE`
 	core.KeyHolder += ` FOR UPDATE`
+	// The server's clock in UTC, whatever the session's time_zone (persistence.Clocked).
+	core.Now = `SELECT UTC_TIMESTAMP(6)`
 	return queries{
 		table: t,
 		core:  core,

@@ -134,6 +134,13 @@ func newStore(db *sql.DB, ownsDB bool, table string) *Store {
 	return s
 }
 
+// Now returns the database server's current time, its UTC_TIMESTAMP(6), in one round trip: the
+// clock that decides when a timeout is due when managers on several machines share the store
+// (persistence.Clocked).
+func (s *Store) Now(ctx context.Context) (time.Time, error) { return sqlstore.DatabaseTime(ctx, s.c()) }
+
+var _ persistence.Clocked = (*Store)(nil)
+
 // c is the store's core: for a store that Open or New did not make, one whose calls all fail.
 func (s *Store) c() *sqlstore.Store {
 	if s == nil || s.core == nil {

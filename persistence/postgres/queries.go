@@ -46,6 +46,8 @@ func newQueries(schema, table string) queries {
 	keyIndex := quoteIdent(indexName(table, "dedup_key"))
 	dueIndex := quoteIdent(indexName(table, "due_id"))
 	core := sqlstore.Standard(t, true)
+	// clock_timestamp(), not now(): now() is when the transaction began (persistence.Clocked).
+	core.Now = `SELECT clock_timestamp()`
 	core.Store += ` ON CONFLICT (id) DO NOTHING`
 	// Without a conflict target: a taken id or key inserts nothing, and, unlike a unique
 	// violation, leaves a caller's transaction usable (ScheduleTx).

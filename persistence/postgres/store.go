@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	// pgx's database/sql driver (which also registers it as "pgx", for New's callers).
 	"github.com/jackc/pgx/v5/stdlib"
@@ -73,6 +74,13 @@ func newStore(db *sql.DB, ownsDB bool, config Config) *Store {
 // DB returns the pool the store runs on, nil for a store Open or New did not make: the SQL
 // transport's exactly-once forwarder checks that it shares the transport's database.
 func (s *Store) DB() *sql.DB { return sqlstore.DB(s.c()) }
+
+// Now returns the database server's current time, PostgreSQL's clock_timestamp(), in one round
+// trip: the clock that decides when a timeout is due when managers on several machines share the
+// store (persistence.Clocked).
+func (s *Store) Now(ctx context.Context) (time.Time, error) { return sqlstore.DatabaseTime(ctx, s.c()) }
+
+var _ persistence.Clocked = (*Store)(nil)
 
 // c is the store's core: for a store that Open or New did not make, one whose calls all fail.
 func (s *Store) c() *sqlstore.Store {

@@ -21,6 +21,7 @@ type queries struct {
 	lockSetup             string
 	store                 string
 	next                  string
+	now                   string
 	claim                 string
 	peek                  string
 	delete                string
@@ -153,6 +154,8 @@ SELECT @id, @destination, @state, %[2]s, @headers, @failureCount, %[2]s, @owner
 WHERE NOT EXISTS (SELECT 1 FROM %[1]s WHERE Id = @id);
 SELECT @@ROWCOUNT;`, t, toDateTime2("@due")),
 		next: fmt.Sprintf(`SELECT %s FROM %s`, toUTC("MIN(AvailableAt)"), t),
+		// The server's clock in UTC, to the 100 ns (persistence.Clocked).
+		now: `SELECT ` + toUTC("SYSUTCDATETIME()"),
 		// One statement: lock the earliest claimable rows, skipping rows another claim holds,
 		// and move them to the end of the lease. The index hint makes the claim read AvailableAt
 		// in order and stop at @limit, so it locks only the rows it claims; a scan and sort would

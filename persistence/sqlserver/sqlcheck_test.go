@@ -18,7 +18,7 @@ func keywords() map[string]bool {
 	return wordSet(`
 	ADD ALTER AND AS BEGIN BY CASE CAST COALESCE COLLATE COL_LENGTH COUNT CREATE DECLARE DEFAULT DELETE
 	ELSE END EXEC EXISTS FROM GROUP HOLDLOCK IF IN INDEX INSERT INTO IS KEY MAX MIN NOT NULL OBJECT_ID
-	ON OR ORDER OUTPUT PRIMARY READPAST ROWLOCK SCHEMA SCHEMA_ID SELECT SET SUM TABLE THEN RAISERROR
+	ON OR ORDER OUTPUT PRIMARY READPAST ROWLOCK SCHEMA SCHEMA_ID SELECT SET SUM SYSUTCDATETIME TABLE THEN RAISERROR
 	TODATETIMEOFFSET TOP UNIQUE UPDATE UPDLOCK VALUES WHEN WHERE WITH
 	INT datetime2 datetimeoffset nvarchar varbinary
 	Latin1_General_100_BIN2`)
@@ -78,6 +78,7 @@ func statements(q queries) []namedSQL {
 		{"lockSetup", q.lockSetup},
 		{"store", q.store},
 		{"next", q.next},
+		{"now", q.now},
 		{"claim", q.claim},
 		{"peek", q.peek},
 		{"delete", q.delete},

@@ -89,6 +89,7 @@ func (s *Store) dialect() sqlstore.Dialect {
 		Queries: sqlstore.Queries{
 			Store:                 s.q.store,
 			Next:                  s.q.next,
+			Now:                   s.q.now,
 			Claim:                 s.q.claim,
 			Peek:                  s.q.peek,
 			Delete:                s.q.delete,
@@ -166,6 +167,13 @@ EXEC @result = sp_getapplock @Resource = @resource, @LockMode = 'Exclusive', @Lo
 SELECT @result;`
 	releaseInstance = `EXEC sp_releaseapplock @Resource = @resource, @LockOwner = 'Session';`
 )
+
+// Now returns the database server's current time, its SYSUTCDATETIME(), in one round trip: the
+// clock that decides when a timeout is due when managers on several machines share the store
+// (persistence.Clocked).
+func (s *Store) Now(ctx context.Context) (time.Time, error) { return sqlstore.DatabaseTime(ctx, s.c()) }
+
+var _ persistence.Clocked = (*Store)(nil)
 
 // c is the store's core: for a store that Open or New did not make, one whose calls all fail.
 func (s *Store) c() *sqlstore.Store {

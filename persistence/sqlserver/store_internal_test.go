@@ -36,7 +36,7 @@ func fakeAnswer(q queries, due time.Time) func(c call) answer {
 			return rowsOf([]driver.Value{"h", due, due.Add(time.Hour)})
 		case q.statsByDestination:
 			return rowsOf([]driver.Value{"orders", int64(1)})
-		case q.next:
+		case q.next, q.now:
 			return rowsOf([]driver.Value{due})
 		case q.claim:
 			return rowsOf([]driver.Value{"a", due})
@@ -63,6 +63,9 @@ func exercise(t *testing.T, store *Store, due time.Time) {
 	require.NoError(t, err)
 	_, _, err = store.Next(ctx)
 	require.NoError(t, err)
+	now, err := store.Now(ctx)
+	require.NoError(t, err)
+	require.Equal(t, due, now)
 	_, err = store.ClaimDue(ctx, due, 10, time.Minute)
 	require.NoError(t, err)
 	_, err = store.Peek(ctx, "a")

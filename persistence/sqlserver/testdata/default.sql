@@ -63,6 +63,9 @@ SELECT @@ROWCOUNT;
 -- name: next
 SELECT TODATETIMEOFFSET(MIN(AvailableAt), 0) FROM [dbo].[orders.timeouts]
 
+-- name: now
+SELECT TODATETIMEOFFSET(SYSUTCDATETIME(), 0)
+
 -- name: claim
 WITH claimable AS (
 	SELECT TOP (@limit) Id, Time, AvailableAt, ClaimedBy
