@@ -52,16 +52,24 @@
 // # Durability
 //
 // JetStream acknowledges a publish once the stream has it. With file storage and one server,
-// NATS 2.9 writes it to the operating system at once but asks the disk to keep it (fsync) only
-// now and then, so a server crash loses nothing acknowledged while a crash of the machine or a
+// NATS writes it to the operating system at once but asks the disk to keep it (fsync) only now
+// and then, so a server crash loses nothing acknowledged while a crash of the machine or a
 // power loss can; NATS 2.10 and later make that interval configurable (sync_interval, up to
 // "always"). A cluster with streams replicated three times keeps acknowledged messages across
 // the loss of one machine.
 //
+// # Servers and clusters
+//
+// NATS Server 2.9 or later with JetStream enabled; the tests run on 2.15. On a cluster, list
+// its servers in Config.URL, separated by commas, and set Config.Replicas to 3: the streams this
+// package creates, and their consumers, are then kept by three servers, and the loss of one is
+// ridden out (its leaders are elected again elsewhere; what failed meanwhile is retried).
+//
 // # Reconnection
 //
-// The connections reconnect by themselves for as long as they are open: while the server is
-// away a Publish fails (the dispatch satellite retries it), and subscriptions resume afterwards.
+// The connections reconnect by themselves for as long as they are open, to any server of
+// Config.URL: while none answers a Publish fails (the dispatch satellite retries it), and
+// subscriptions resume afterwards.
 //
 // # Stability
 //
