@@ -11,8 +11,8 @@ import (
 )
 
 var (
-	// ErrInvalidID is returned for a message whose UUID cannot name a schedule: empty, or longer
-	// than MaxIDLength bytes.
+	// ErrInvalidID is returned for a message whose UUID cannot name a schedule or travel in a NATS
+	// header: empty, longer than MaxIDLength bytes, with a line break, or with a space at either end.
 	ErrInvalidID = errors.New("nats: invalid message id")
 	// ErrInvalidDestination is returned for a destination that is not a subject a message can be
 	// published to (empty, a wildcard, whitespace, an empty token, longer than 250 bytes), that
@@ -35,6 +35,9 @@ func idToken(id string) (string, error) {
 	}
 	if len(id) > MaxIDLength {
 		return "", fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidID, len(id), MaxIDLength)
+	}
+	if strings.ContainsAny(id, "\r\n") || strings.Trim(id, " \t") != id {
+		return "", fmt.Errorf("%w: %q: a NATS header cannot carry a line break, nor spaces at either end", ErrInvalidID, id)
 	}
 	for _, c := range []byte(id) {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
