@@ -104,55 +104,78 @@ func streamSystem(b streamBroker) System {
 		Name:  b.name + " + PostgreSQL",
 		Needs: []string{b.need, "postgres"},
 		Open: func(ctx context.Context, env Env, dest string) (*Rig, error) {
-			endpoint := endpointName()
-			errorQueue := endpoint + ".error"
-			schema, err := newSchema(ctx, env.PostgresDSN)
+			p, err := openStreamPipeline(ctx, env, b, endpointName(), dest, nil)
 			if err != nil {
 				return nil, err
 			}
-			closers := cleanup{schema.drop, func() error {
-				return errors.Join(b.forget(context.Background(), env, endpoint), b.forget(context.Background(), env, dest))
-			}}
-			fail := func(err error) (*Rig, error) { return nil, errors.Join(err, closers.run()) }
-			store, err := schema.store(ctx, env.PostgresDSN, endpoint)
-			if err != nil {
-				return fail(err)
-			}
-			closers = append(closers, store.Close)
-			pub, sub, declare, err := b.open(ctx, env)
-			if err != nil {
-				return fail(err)
-			}
-			closers = append(closers, pub.Close, sub.Close)
-			if err := declare(ctx, endpoint, errorQueue); err != nil {
-				return fail(err)
-			}
-			_, receiver, _, err := b.open(ctx, env)
-			if err != nil {
-				return fail(err)
-			}
-			closers = append(closers, receiver.Close)
-			arrivals, err := receiver.Subscribe(ctx, dest)
-			if err != nil {
-				return fail(err)
-			}
-			p, err := startPipeline(ctx, env, timeouts.Config{
-				Endpoint: endpoint, Store: store, Publisher: pub, Subscriber: sub, ErrorQueue: errorQueue,
-			})
-			if err != nil {
-				return fail(err)
-			}
-			closers = append(closers, p.close)
-			return &Rig{
-				Mark:     timeouts.DeliverAt,
-				Publish:  p.manager.Publisher().Publish,
-				Arrivals: arrivals,
-				Pending:  pendingOf(store),
-				Close:    closers.run,
-				Notes:    []string{fmt.Sprintf("%d consumers per queue (the timeoutmill service's setting)", streamConsumers)},
-			}, nil
+			return &p.Rig, nil
 		},
 	}
+}
+
+// streamPipeline is the emulated pipeline's rig on a stream broker, with the broker's publisher
+// the timeout manager publishes through.
+type streamPipeline struct {
+	Rig
+	next message.Publisher
+}
+
+// openStreamPipeline runs the timeout manager of endpoint on b with the PostgreSQL store,
+// delivering to dest. decorate, when set, wraps the Subscriber the manager consumes with.
+func openStreamPipeline(ctx context.Context, env Env, b streamBroker, endpoint, dest string, decorate func(message.Subscriber) message.Subscriber) (*streamPipeline, error) {
+	errorQueue := endpoint + ".error"
+	schema, err := newSchema(ctx, env.PostgresDSN)
+	if err != nil {
+		return nil, err
+	}
+	closers := cleanup{schema.drop, func() error {
+		return errors.Join(b.forget(context.Background(), env, endpoint), b.forget(context.Background(), env, dest))
+	}}
+	fail := func(err error) (*streamPipeline, error) { return nil, errors.Join(err, closers.run()) }
+	store, err := schema.store(ctx, env.PostgresDSN, endpoint)
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, store.Close)
+	pub, sub, declare, err := b.open(ctx, env)
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, pub.Close, sub.Close)
+	if err := declare(ctx, endpoint, errorQueue); err != nil {
+		return fail(err)
+	}
+	_, receiver, _, err := b.open(ctx, env)
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, receiver.Close)
+	arrivals, err := receiver.Subscribe(ctx, dest)
+	if err != nil {
+		return fail(err)
+	}
+	var consume message.Subscriber = sub
+	if decorate != nil {
+		consume = decorate(sub)
+	}
+	p, err := startPipeline(ctx, env, timeouts.Config{
+		Endpoint: endpoint, Store: store, Publisher: pub, Subscriber: consume, ErrorQueue: errorQueue,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, p.close)
+	return &streamPipeline{
+		Rig: Rig{
+			Mark:     timeouts.DeliverAt,
+			Publish:  p.manager.Publisher().Publish,
+			Arrivals: arrivals,
+			Pending:  pendingOf(store),
+			Close:    closers.run,
+			Notes:    []string{fmt.Sprintf("%d consumers per queue (the timeoutmill service's setting)", streamConsumers)},
+		},
+		next: pub,
+	}, nil
 }
 
 // streamRoundTrip publishes messages through b's transport (8 goroutines, 100 messages a call)

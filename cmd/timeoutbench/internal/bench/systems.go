@@ -25,6 +25,10 @@ func Systems(plan Plan) []System {
 		nativeRabbitMQ(),
 		nativePlain(),
 	)
-	// The stream brokers, then the peer, last.
-	return append(append(systems, streamSystems()...), watermillPeer())
+	// The stream brokers, JetStream's own schedules beside the emulated NATS row, then the peer,
+	// last.
+	systems = append(systems, streamSystems()...)
+	systems = append(systems, natsScheduleSystems()...)
+	systems = append(systems, natsHybrid())
+	return append(systems, watermillPeer())
 }

@@ -143,6 +143,7 @@ func Targets(results []Result) []Target {
 		relative("drain SQL transport ≥ 2× the watermill-sql peer", sqlTransport().Name, peer, KindBacklog, 2),
 		relative("drain RabbitMQ native ≥ 0.9× the plain client on the same topology", nativeRabbitMQ().Name, nativePlainName, KindBacklog, 0.9),
 	)
+	out = append(out, natsTargets(f)...)
 
 	return append(append(out, scaleTargets(results)...), scaleOutTargets(f, results)...)
 }
