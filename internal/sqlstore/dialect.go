@@ -166,6 +166,9 @@ type Dialect struct {
 	// what they return. Claim records by as the claiming instance, NULL when it is nil.
 	Claim func(ctx context.Context, now, until time.Time, limit int, by any) ([]Claimed, error)
 	Hide  func(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error)
+	// Stats, when set, replaces the Stats and StatsByDestination statements (PostgreSQL's
+	// counts, kept by the database as rows change); now is whole microseconds, in UTC.
+	Stats func(ctx context.Context, now time.Time) (persistence.Stats, error)
 
 	// Hold takes instance, a valid instance name, on this store's table for the caller until
 	// release is called; held is false, and release nil, when another holder has it.

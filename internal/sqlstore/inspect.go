@@ -13,14 +13,17 @@ import (
 )
 
 // Stats counts the stored timeouts at now: all of them, those due, those a poller holds, and
-// each destination's; and their earliest and latest due times. It reads the whole table: it is
-// for operators, not for a poll loop.
+// each destination's; and their earliest and latest due times. Unless the dialect has its own
+// (Dialect.Stats), it reads the whole table: it is for operators, not for a poll loop.
 func (s *Store) Stats(ctx context.Context, now time.Time) (persistence.Stats, error) {
 	if err := Opened(s); err != nil {
 		return persistence.Stats{}, err
 	}
 	d := &s.d
 	// Due times are whole microseconds: due <= now exactly when due <= now cut to microseconds.
+	if d.Stats != nil {
+		return d.Stats(ctx, now.UTC().Truncate(time.Microsecond))
+	}
 	at := d.Time(now.UTC().Truncate(time.Microsecond))
 	var (
 		st               persistence.Stats

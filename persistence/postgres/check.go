@@ -18,20 +18,21 @@ func (s *Store) CheckInfrastructure(ctx context.Context) error {
 		return err
 	}
 	var (
-		exists  bool
-		columns int
+		exists, counted bool
+		columns         int
 	)
 	err := sqlstore.DB(s.core).QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL,
 	(SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1)
-		AND attname IN ('dedup_key', 'parked_reason', 'claimed_by') AND NOT attisdropped)`, s.q.table).Scan(&exists, &columns)
+		AND attname IN ('dedup_key', 'parked_reason', 'claimed_by') AND NOT attisdropped),
+	`+s.q.counts.installed(), s.q.table).Scan(&exists, &columns, &counted)
 	if err != nil {
 		return fmt.Errorf("postgres: check %s: %w", s.q.table, err)
 	}
 	if !exists {
 		return fmt.Errorf("postgres: table %s does not exist (%w)", s.q.table, persistence.ErrNotSetUp)
 	}
-	if columns < 3 {
-		return fmt.Errorf("postgres: table %s was made by an older version: SetupInfrastructure adds its new columns (%w)",
+	if columns < 3 || !counted {
+		return fmt.Errorf("postgres: table %s was made by an older version: SetupInfrastructure adds its new columns and counts (%w)",
 			s.q.table, persistence.ErrNotSetUp)
 	}
 	return nil

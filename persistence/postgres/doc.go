@@ -35,8 +35,21 @@
 // Store returns persistence.ErrInvalidTimeout.
 //
 // The owner index (CancelByOwner) is a partial hash index; an empty owner cancels nothing: it
-// means "no owner". Stats and Survey read the whole table: they are for operators, not for a
-// poll loop.
+// means "no owner". Survey reads the whole table: it is for operators, not for a poll loop.
+//
+// Stats reads no more than it counts, so that metrics scrapes cost the same at ten million
+// pending as at ten, and every number it returns is exact. Pending, Parked and ByDestination
+// come from a table of counts next to the timeouts' ("orders.timeouts_counts"), which triggers
+// on the timeouts table keep in the transactions that change it: each statement that inserts,
+// deletes, parks or unparks timeouts appends one row of deltas per destination (concurrent
+// writers append, never update one row, so they do not wait for each other), a rollback takes
+// its rows back with it, and Stats, and now and then an insert, fold them into one row per
+// destination. DueNow and Claimed count index ranges: the (due, id) index up to now (as many
+// entries as timeouts are due), a partial index of the parked timeouts, and a partial index of
+// the claimed ones (as many entries as pollers hold). Earliest and Latest are the ends of the
+// (due, id) index. The trigger function runs as its owner (SECURITY DEFINER, with a fixed
+// search_path), so a role granted only the timeouts table changes the counts with it, and every
+// role may read the counts, as it may read the table's size in the catalog.
 //
 // Deduplication keys are a nullable column under a partial unique index. Schedule and
 // ScheduleTx take a transaction-scoped advisory lock on the key, so that Schedules of one key
@@ -66,7 +79,9 @@
 // may list several hosts (postgres://user@host1:5432,host2:5432/db?target_session_attrs=read-write):
 // each connection goes to the first that answers as a primary.
 // SetupInfrastructure adds both columns, nullable, to a table an older version made (no rewrite);
-// until it has, CheckInfrastructure reports the table as not set up.
+// until it has, CheckInfrastructure reports the table as not set up. It adds the counts, their
+// triggers and the two partial indexes the same way: the counts start from one full count of the
+// table, with its writers waiting for it, and until then Stats fails with persistence.ErrNotSetUp.
 //
 // Use New to run the store on a *sql.DB of your own (opened with the "pgx" driver, or with
 // stdlib.OpenDBFromPool on a pgxpool.Pool). pgx prepares and caches statements per connection;

@@ -132,7 +132,18 @@ func TestLongTableNames(t *testing.T) {
 	db := openDB(t, dsn)
 	var indexes int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1`, schema).Scan(&indexes))
-	require.Equal(t, 15, indexes, "three tables, five indexes each (primary key, available_at, owner, dedup_key, due_id)")
+	require.Equal(t, 21, indexes, "three tables, seven indexes each (primary key, available_at, owner, dedup_key, due_id, parked, claimed)")
+	var counts int
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename LIKE '%\_counts'`,
+		schema).Scan(&counts))
+	require.Equal(t, 3, counts, "each table its own counts")
+	for _, suffix := range []string{"-one", "-two", strings.Repeat("x", 13)} {
+		store := open(t, postgres.Config{DSN: dsn, Schema: schema, Table: prefix + suffix})
+		t.Cleanup(func() { require.NoError(t, store.Close()) })
+		st, err := store.Stats(ctx, time.Now())
+		require.NoError(t, err)
+		require.Equal(t, 1, st.Pending, "each table counts its own")
+	}
 }
 
 func TestSetupInfrastructure(t *testing.T) {
@@ -163,6 +174,16 @@ func TestSetupInfrastructure(t *testing.T) {
 		inserted, err := store.Store(ctx, persistence.Timeout{ID: "a", Destination: "d", Due: time.Now()})
 		require.NoError(t, err)
 		require.True(t, inserted)
+		st, err := store.Stats(ctx, time.Now())
+		require.NoError(t, err, "the counts of a table it may read")
+		require.Equal(t, 1, st.Pending)
+		require.Equal(t, map[string]int{"d": 1}, st.ByDestination)
+		removed, err := store.Cancel(ctx, "a")
+		require.NoError(t, err)
+		require.True(t, removed)
+		st, err = store.Stats(ctx, time.Now())
+		require.NoError(t, err)
+		require.Zero(t, st.Pending, "its changes are counted")
 
 		other, err := postgres.Open(ctx, postgres.Config{DSN: limited, Schema: schema, Endpoint: "missing"})
 		require.NoError(t, err)

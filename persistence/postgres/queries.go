@@ -34,7 +34,9 @@ type queries struct {
 	addParked      string
 	createKeyIndex string
 	createDueIndex string
-	core           sqlstore.Queries
+	// counts are what Stats reads (see counts).
+	counts counts
+	core   sqlstore.Queries
 }
 
 // newQueries builds the SQL for names that passed validateIdentifier.
@@ -90,6 +92,7 @@ RETURNING t.id, t.destination, t.due, t.owner, t.payload, t.metadata, t.failure_
 		keyIndex:       s + "." + keyIndex,
 		dueIndex:       s + "." + dueIndex,
 		schemaName:     schema,
+		counts:         newCounts(s, t, table),
 		core:           core,
 
 		createSchema: fmt.Sprintf(`CREATE SCHEMA IF NOT EXISTS %s`, s),
@@ -150,6 +153,9 @@ func (q queries) dialect(db *sql.DB, ownsDB bool) sqlstore.Dialect {
 		},
 		StoreRows: func(ctx context.Context, db sqlstore.Querier, rows []sqlstore.Row) ([]string, error) {
 			return storeRows(ctx, db, q.table, rows)
+		},
+		Stats: func(ctx context.Context, now time.Time) (persistence.Stats, error) {
+			return q.counts.read(ctx, db, now)
 		},
 	}
 	d.Hold = func(ctx context.Context, instance string) (func() error, bool, error) {

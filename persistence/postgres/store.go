@@ -91,9 +91,11 @@ func (s *Store) c() *sqlstore.Store {
 }
 
 // SetupInfrastructure creates the schema, the table and its indexes when they are missing, and
-// adds the key column and its index, the parking reason and the claiming instance to a table an
-// older version created. When all exist it
-// changes nothing and needs no right to create them.
+// adds the key column and its index, the parking reason and the claiming instance, and the counts
+// Stats reads (a table, its triggers and two partial indexes; see the package doc) to a table an
+// older version created. When all exist it changes nothing and needs no right to create them.
+// Adding the counts to a table an older version made reads the whole table once, with its
+// writers waiting until it is done.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	if err := sqlstore.Opened(s.c()); err != nil {
 		return err
@@ -103,7 +105,8 @@ func (s *Store) SetupInfrastructure(ctx context.Context) error {
 		`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL
 	AND to_regclass($4) IS NOT NULL AND to_regclass($5) IS NOT NULL
 	AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1)
-		AND attname IN ('parked_reason', 'claimed_by') AND NOT attisdropped) = 2`,
+		AND attname IN ('parked_reason', 'claimed_by') AND NOT attisdropped) = 2
+	AND `+s.q.counts.installed(),
 		s.q.table, s.q.availableIndex, s.q.ownerIndex, s.q.keyIndex, s.q.dueIndex).Scan(&installed)
 	if err != nil {
 		return fmt.Errorf("postgres: set up %s: %w", s.q.table, err)
@@ -148,6 +151,9 @@ func (s *Store) install(ctx context.Context) (err error) {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return err
 		}
+	}
+	if err := s.q.counts.installCounts(ctx, tx, s.q.table); err != nil {
+		return err
 	}
 	return tx.Commit()
 }

@@ -68,6 +68,7 @@ func Run(t *testing.T, newStore func(t *testing.T) persistence.Store) {
 		{"Reschedule", s.testReschedule},
 		{"ListFilters", s.testListFilters},
 		{"StatsAtNow", s.testStatsAtNow},
+		{"StatsExact", s.testStatsExact},
 		{"CancelledContext", s.testCancelledContext},
 		{"Parker", s.testParker},
 		{"Claimer", s.testClaimer},

@@ -1,0 +1,229 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/timeoutmill/timeoutmill/persistence"
+)
+
+// Stats answers from counts the database keeps, and from index ranges that hold only what they
+// count, so that it costs the same at ten million timeouts as at ten:
+//
+//   - Pending, Parked and ByDestination sum a small table of counts, one row per destination and
+//     change: triggers on the timeouts table append a row of deltas for every statement that
+//     inserts, deletes, parks or unparks timeouts, in the transaction of that statement, so a
+//     rollback or a crash cannot skew them, and concurrent writers append rows rather than
+//     update one, so they never wait for each other. Stats folds the rows into one per
+//     destination, as the triggers do now and then.
+//   - DueNow counts the entries of the (due, id) index due at now, less the parked ones among
+//     them (from a partial index of the parked timeouts): it reads as many entries as there are
+//     timeouts due.
+//   - Claimed counts a partial index of the claimed timeouts (available_at not their due time):
+//     it reads as many entries as pollers hold, and those of claims that ended since the last
+//     vacuum.
+//   - Earliest and Latest are the two ends of the (due, id) index.
+//
+// One statement reads them all, so they agree with each other.
+type counts struct {
+	// table is the counts' table, qualified and quoted; fn the trigger function's name.
+	table, fn string
+	// parkedIndex and claimedIndex are the partial indexes of parked and claimed timeouts.
+	parkedIndex, claimedIndex string
+
+	createTable, grantRead, createFunction string
+	createParkedIndex, createClaimedIndex  string
+	lockTimeouts                           string
+	dropTriggers, createTriggers, reset    []string
+	fold, stats                            string
+}
+
+// Trigger names, in the timeouts table's own name space.
+var countTriggers = []string{"timeoutmill_count_insert", "timeoutmill_count_delete", "timeoutmill_count_park",
+	"timeoutmill_count_truncate"}
+
+// newCounts makes the SQL of the counts of table t (qualified, quoted) in schema s (quoted).
+func newCounts(s, t, table string) counts {
+	c := counts{
+		table:        s + "." + quoteIdent(indexName(table, "counts")),
+		fn:           s + "." + quoteIdent(indexName(table, "count")),
+		parkedIndex:  s + "." + quoteIdent(indexName(table, "parked")),
+		claimedIndex: s + "." + quoteIdent(indexName(table, "claimed")),
+	}
+	// Many Stats at once fold in turn: the first takes the lock, the others find it taken and
+	// only read. Under READ COMMITTED a row deleted by a fold that committed meanwhile is
+	// skipped, so each delta is summed once whoever folds it.
+	c.fold = fmt.Sprintf(`WITH turn AS (SELECT pg_try_advisory_xact_lock(%[2]d, 1) AS ours),
+folded AS (DELETE FROM %[1]s WHERE (SELECT ours FROM turn) RETURNING destination, pending, parked)
+INSERT INTO %[1]s (destination, pending, parked)
+SELECT destination, sum(pending), sum(parked) FROM folded GROUP BY destination
+HAVING sum(pending) <> 0 OR sum(parked) <> 0`, c.table, lockSpace(c.table))
+	c.createTable = fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+	destination text NOT NULL,
+	pending bigint NOT NULL,
+	parked bigint NOT NULL
+)`, c.table)
+	// Any role that may read the schema may read the counts, as it may read the table's size
+	// in pg_class, so that a role granted the timeouts table alone gets its Stats; folding
+	// needs the right to change them, and the triggers have it.
+	c.grantRead = fmt.Sprintf(`GRANT SELECT ON %s TO PUBLIC`, c.table)
+	// One row of deltas per destination a statement changed. A statement that inserts into a
+	// READ COMMITTED transaction folds now and then, so that the table stays small when nobody
+	// calls Stats; a caller's REPEATABLE READ or SERIALIZABLE transaction never does, where a
+	// concurrent fold's deletes would fail it.
+	body := fmt.Sprintf(`BEGIN
+	IF TG_OP = 'INSERT' THEN
+		INSERT INTO %[1]s (destination, pending, parked)
+		SELECT destination, count(*), count(parked_reason) FROM changed GROUP BY destination;
+		IF random() < 0.001 AND current_setting('transaction_isolation') = 'read committed' THEN
+			%[2]s;
+		END IF;
+	ELSIF TG_OP = 'DELETE' THEN
+		INSERT INTO %[1]s (destination, pending, parked)
+		SELECT destination, -count(*), -count(parked_reason) FROM changed GROUP BY destination;
+	ELSIF TG_OP = 'UPDATE' THEN
+		INSERT INTO %[1]s (destination, pending, parked)
+		VALUES (NEW.destination, 0, CASE WHEN NEW.parked_reason IS NULL THEN -1 ELSE 1 END);
+	ELSE
+		DELETE FROM %[1]s;
+	END IF;
+	RETURN NULL;
+END`, c.table, c.fold)
+	// SECURITY DEFINER: a role granted the timeouts table alone (by a DBA who set it up) may
+	// change it, and the counts with it. Every name in the body is qualified.
+	c.createFunction = fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS %s`, c.fn, dollarQuote(body))
+	for _, name := range countTriggers {
+		c.dropTriggers = append(c.dropTriggers, fmt.Sprintf(`DROP TRIGGER IF EXISTS %s ON %s`, name, t))
+	}
+	// Statement triggers with transition tables: one row of deltas per statement, however many
+	// rows it changed. Parking is a row trigger on the parking reason alone, so claims, which
+	// update other columns, fire nothing.
+	c.createTriggers = []string{
+		fmt.Sprintf(`CREATE TRIGGER %s AFTER INSERT ON %s REFERENCING NEW TABLE AS changed
+	FOR EACH STATEMENT EXECUTE FUNCTION %s()`, countTriggers[0], t, c.fn),
+		fmt.Sprintf(`CREATE TRIGGER %s AFTER DELETE ON %s REFERENCING OLD TABLE AS changed
+	FOR EACH STATEMENT EXECUTE FUNCTION %s()`, countTriggers[1], t, c.fn),
+		fmt.Sprintf(`CREATE TRIGGER %s AFTER UPDATE OF parked_reason ON %s FOR EACH ROW
+	WHEN ((OLD.parked_reason IS NULL) <> (NEW.parked_reason IS NULL)) EXECUTE FUNCTION %s()`, countTriggers[2], t, c.fn),
+		fmt.Sprintf(`CREATE TRIGGER %s AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION %s()`, countTriggers[3], t, c.fn),
+	}
+	// Writers wait while the counts start from the table as it is; readers do not.
+	c.lockTimeouts = fmt.Sprintf(`LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE`, t)
+	c.reset = []string{fmt.Sprintf(`DELETE FROM %s`, c.table), fmt.Sprintf(`INSERT INTO %s (destination, pending, parked)
+SELECT destination, count(*), count(parked_reason) FROM %s GROUP BY destination`, c.table, t)}
+	// Few rows are parked, and parking is rare: the index costs stores and claims nothing. A
+	// claimed row enters the claimed index at its claim, which already writes every index.
+	c.createParkedIndex = fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (due, id) WHERE parked_reason IS NOT NULL`,
+		quoteIdent(indexName(table, "parked")), t)
+	c.createClaimedIndex = fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (available_at)
+WHERE available_at <> due AND parked_reason IS NULL`, quoteIdent(indexName(table, "claimed")), t)
+	// DueNow = due at now - (parked - parked due later). Each WHERE matches an index.
+	c.stats = fmt.Sprintf(`SELECT n.due, n.parked_later, n.claimed, n.earliest, n.latest,
+	c.destination, c.pending, c.parked
+FROM (SELECT
+	(SELECT count(*) FROM %[1]s WHERE due <= $1) AS due,
+	(SELECT count(*) FROM %[1]s WHERE parked_reason IS NOT NULL AND due > $1) AS parked_later,
+	(SELECT count(*) FROM %[1]s WHERE available_at <> due AND parked_reason IS NULL AND available_at > $1) AS claimed,
+	(SELECT min(due) FROM %[1]s) AS earliest,
+	(SELECT max(due) FROM %[1]s) AS latest) AS n
+LEFT JOIN (SELECT destination, sum(pending) AS pending, sum(parked) AS parked FROM %[2]s
+	GROUP BY destination HAVING sum(pending) <> 0) AS c ON true`, t, c.table)
+	return c
+}
+
+// dollarQuote quotes body as a dollar-quoted string whose tag body does not contain.
+func dollarQuote(body string) string {
+	tag := "$count$"
+	for i := 0; strings.Contains(body, tag); i++ {
+		tag = fmt.Sprintf("$count%d$", i)
+	}
+	return tag + "\n" + body + "\n" + tag
+}
+
+// installCounts creates the counts, their triggers and indexes in tx, which holds set-up's lock,
+// unless the triggers exist already. The counts start from the table as it is, with its writers
+// kept waiting until tx commits, so that no change is counted twice or missed.
+func (c counts) installCounts(ctx context.Context, tx *sql.Tx, table string) error {
+	var triggers int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = ANY($2)`,
+		table, countTriggers).Scan(&triggers); err != nil {
+		return err
+	}
+	stmts := []string{c.createParkedIndex, c.createClaimedIndex, c.createTable, c.grantRead, c.createFunction}
+	if triggers != len(countTriggers) {
+		stmts = append(stmts, c.lockTimeouts)
+		stmts = append(stmts, c.dropTriggers...)
+		stmts = append(stmts, c.createTriggers...)
+		stmts = append(stmts, c.reset...)
+	}
+	for _, stmt := range stmts {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// installed is the condition, on $1 the table, that the counts and their indexes exist.
+func (c counts) installed() string {
+	return fmt.Sprintf(`to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL
+	AND (SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname IN ('%s')) = %d`,
+		quoteLiteral(c.table), quoteLiteral(c.parkedIndex), quoteLiteral(c.claimedIndex),
+		strings.Join(countTriggers, "', '"), len(countTriggers))
+}
+
+// quoteLiteral quotes s as a PostgreSQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// read is Dialect.Stats on db: it folds the counts (when no other Stats is folding; a fold that
+// fails, on a standby or without the right to write, leaves them as exact, only longer), then
+// reads every number in one statement.
+func (c counts) read(ctx context.Context, db *sql.DB, now time.Time) (persistence.Stats, error) {
+	if _, err := db.ExecContext(ctx, c.fold); err != nil && ctx.Err() != nil {
+		return persistence.Stats{}, fmt.Errorf("postgres: stats: %w", err)
+	}
+	rows, err := db.QueryContext(ctx, c.stats, now)
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+			return persistence.Stats{}, fmt.Errorf("postgres: stats: %w (%w: SetupInfrastructure adds the counts to a table an older version made)",
+				err, persistence.ErrNotSetUp)
+		}
+		return persistence.Stats{}, fmt.Errorf("postgres: stats: %w", err)
+	}
+	defer rows.Close()
+	st := persistence.Stats{ByDestination: map[string]int{}}
+	var parkedLater int
+	for rows.Next() {
+		var (
+			earliest, latest        sql.NullTime
+			destination             sql.NullString
+			pending, parked, dueAll sql.NullInt64
+			claimed                 int
+		)
+		if err := rows.Scan(&dueAll, &parkedLater, &claimed, &earliest, &latest, &destination, &pending, &parked); err != nil {
+			return persistence.Stats{}, fmt.Errorf("postgres: stats: %w", err)
+		}
+		st.DueNow, st.Claimed = int(dueAll.Int64), claimed
+		if earliest.Valid {
+			st.Earliest, st.Latest = earliest.Time.UTC(), latest.Time.UTC()
+		}
+		if destination.Valid {
+			st.ByDestination[destination.String] = int(pending.Int64)
+			st.Pending += int(pending.Int64)
+			st.Parked += int(parked.Int64)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return persistence.Stats{}, fmt.Errorf("postgres: stats: %w", err)
+	}
+	st.DueNow -= st.Parked - parkedLater // the parked timeouts due at now
+	return st, nil
+}
