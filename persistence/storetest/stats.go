@@ -33,13 +33,14 @@ func (s suite) testStatsExact(t *testing.T) {
 		return to
 	}
 
-	const writers, rounds = 4, 60
+	const writers, rounds = 4, 100
 	var wg sync.WaitGroup
 	errs := make([]error, writers)
 	for w := range writers {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(w), 31))
-			id := func() string { return fmt.Sprintf("w%d-%d", w, r.IntN(rounds*3)) }
+			// Few ids, so that each operation often meets a stored, claimed or parked one.
+			id := func() string { return fmt.Sprintf("w%d-%d", w, r.IntN(24)) }
 			for i := range rounds {
 				var err error
 				switch op := r.IntN(9); {
