@@ -12,13 +12,15 @@ import (
 	"github.com/timeoutmill/timeoutmill/internal/amqpconn"
 	"github.com/timeoutmill/timeoutmill/internal/connect"
 	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
+	nativenats "github.com/timeoutmill/timeoutmill/native/nats"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 )
 
-// nativeCmd groups the commands of RabbitMQ's native delay.
+// nativeCmd groups the commands of the native delays: RabbitMQ's delay levels, or NATS
+// JetStream's message schedules when --transport is a nats:// URL.
 type nativeCmd struct {
-	Setup  nativeSetupCmd  `cmd:"" help:"Declare RabbitMQ's native delay infrastructure: 28 delay levels, the delivery exchange and their bindings (idempotent)."`
-	Verify nativeVerifyCmd `cmd:"" help:"Check every exchange, queue, TTL, dead-letter target and binding of the native delay infrastructure, the guard against deleted destinations, and that every level moves; exit 1 naming each problem."`
+	Setup  nativeSetupCmd  `cmd:"" help:"Declare the native delay infrastructure (idempotent): RabbitMQ's 28 delay levels, the delivery exchange and their bindings; or, for a nats:// URL, the JetStream schedule stream."`
+	Verify nativeVerifyCmd `cmd:"" help:"Check the native delay infrastructure and exit 1 naming each problem: RabbitMQ's exchanges, queues, TTLs, dead-letter targets, bindings, guard, and that every level moves; or, for a nats:// URL, the schedule stream's settings and that a probe schedule fires."`
 
 	Unroutable nativeUnroutableCmd `cmd:"" help:"Messages whose destination queue was deleted while they were delayed: they wait in PREFIX.delay-unroutable."`
 }
@@ -31,9 +33,43 @@ type nativeUnroutableCmd struct {
 
 // nativeFlags name the broker and its delay infrastructure.
 type nativeFlags struct {
-	Transport      string `required:"" help:"RabbitMQ URL: amqp://user:pass@host:5672/vhost (or amqps://)." placeholder:"URL"`
-	DelayPrefix    string `default:"timeoutmill" help:"Prefix of the delay exchanges and queues (PREFIX.delay-level-27 ... PREFIX.delay-delivery)."`
-	DelayQueueType string `default:"quorum" enum:"quorum,classic" help:"Type of the delay level queues: quorum (at-least-once dead-lettering, RabbitMQ 3.10+) or classic."`
+	Transport      string `required:"" help:"RabbitMQ URL: amqp://user:pass@host:5672/vhost (or amqps://); or NATS URL: nats://host:4222 (several joined by commas) for JetStream's message schedules." placeholder:"URL"`
+	DelayPrefix    string `default:"timeoutmill" help:"RabbitMQ: prefix of the delay exchanges and queues (PREFIX.delay-level-27 ... PREFIX.delay-delivery)."`
+	DelayQueueType string `default:"quorum" enum:"quorum,classic" help:"RabbitMQ: type of the delay level queues: quorum (at-least-once dead-lettering, RabbitMQ 3.10+) or classic."`
+
+	NATSStream        string `name:"nats-stream" default:"timeoutmill_schedules" help:"NATS: the stream that keeps the schedules and captures their destination subjects."`
+	NATSSubjectPrefix string `name:"nats-subject-prefix" default:"timeoutmill.schedules" help:"NATS: subjects of the schedules, PREFIX.<message id>."`
+	NATSReplicas      int    `name:"nats-replicas" default:"1" help:"NATS: servers of the cluster that keep the schedule stream (setup)."`
+}
+
+// isNATS reports whether the flags name a NATS server rather than RabbitMQ.
+func (f nativeFlags) isNATS() bool {
+	return isNATSURL(f.Transport)
+}
+
+func isNATSURL(u string) bool {
+	return strings.HasPrefix(strings.TrimSpace(u), "nats://")
+}
+
+func (f nativeFlags) natsConfig() nativenats.Config {
+	return nativenats.Config{URL: f.Transport, Stream: f.NATSStream, SubjectPrefix: f.NATSSubjectPrefix, Replicas: f.NATSReplicas}
+}
+
+// natsPublisher opens a native NATS Publisher with the flags' settings.
+func (f nativeFlags) natsPublisher(logger watermill.LoggerAdapter) (*nativenats.Publisher, error) {
+	pub, err := nativenats.NewPublisher(f.natsConfig(), logger)
+	if errors.Is(err, nativenats.ErrInvalidConfig) {
+		return nil, fmt.Errorf("%w: %w", connect.ErrInvalid, connect.RedactError(err, f.Transport))
+	}
+	if err != nil {
+		return nil, connect.RedactError(err, f.Transport)
+	}
+	return pub, nil
+}
+
+// describeNATS says where the schedule stream is, for output.
+func (f nativeFlags) describeNATS() string {
+	return fmt.Sprintf("%s (stream %s, schedules %s.>)", connect.Redact(f.Transport), f.NATSStream, f.NATSSubjectPrefix)
 }
 
 func (f nativeFlags) config() rabbitmq.Config {
@@ -47,6 +83,9 @@ func (f nativeFlags) describe() string {
 
 // topology opens a connection and returns the topology the flags name; close the connection.
 func (f nativeFlags) topology() (nativedelay.Topology, *amqp.Connection, error) {
+	if f.isNATS() {
+		return nativedelay.Topology{}, nil, fmt.Errorf("%w: this command is RabbitMQ's: NATS schedules have no delay levels and no unroutable queue (a schedule's destination is captured by its own stream)", connect.ErrInvalid)
+	}
 	cfg := f.config()
 	if err := cfg.Validate(); err != nil {
 		return nativedelay.Topology{}, nil, fmt.Errorf("%w: %w", connect.ErrInvalid, err)
@@ -79,11 +118,14 @@ func (f nativeFlags) publisher(logger watermill.LoggerAdapter, channels int) (*r
 
 type nativeSetupCmd struct {
 	nativeFlags `embed:""`
-	Destination []string `name:"destination" sep:"none" placeholder:"QUEUE" help:"Also bind this existing destination queue to the delivery exchange (repeatable), replacing the '#.QUEUE' binding of earlier versions, which also caught messages for queues named '*.QUEUE'."`
+	Destination []string `name:"destination" sep:"none" placeholder:"QUEUE" help:"RabbitMQ: also bind this existing destination queue to the delivery exchange (repeatable), replacing the '#.QUEUE' binding of earlier versions, which also caught messages for queues named '*.QUEUE'. NATS: make the schedule stream capture this destination subject (repeatable), before its consumers start."`
 }
 
 // Run declares the delay infrastructure.
 func (c *nativeSetupCmd) Run(e *env) error {
+	if c.isNATS() {
+		return c.runNATS(e)
+	}
 	topo, conn, err := c.topology()
 	if err != nil {
 		return err
@@ -106,12 +148,37 @@ func (c *nativeSetupCmd) Run(e *env) error {
 	return nil
 }
 
+// runNATS creates or updates the schedule stream, and adds the destinations to it.
+func (c *nativeSetupCmd) runNATS(e *env) error {
+	pub, err := c.natsPublisher(newLogger(e))
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	if err := pub.Setup(e.ctx); err != nil {
+		return connect.RedactError(err, c.Transport)
+	}
+	fmt.Fprintf(e.stdout, "native schedules ready on %s:\n  stream %s, %d replica(s), message schedules allowed, capturing %s.>\n",
+		c.describeNATS(), c.NATSStream, c.NATSReplicas, c.NATSSubjectPrefix)
+	if len(c.Destination) == 0 {
+		return nil
+	}
+	if err := pub.EnsureDestinations(e.ctx, c.Destination...); err != nil {
+		return connect.RedactError(err, c.Transport)
+	}
+	fmt.Fprintf(e.stdout, "  destinations captured by %s: %s\n", c.NATSStream, strings.Join(c.Destination, ", "))
+	return nil
+}
+
 type nativeVerifyCmd struct {
 	nativeFlags `embed:""`
 }
 
 // Run checks the delay infrastructure; a problem is an error, so the exit code is 1.
 func (c *nativeVerifyCmd) Run(e *env) error {
+	if c.isNATS() {
+		return c.runNATS(e)
+	}
 	topo, conn, err := c.topology()
 	if err != nil {
 		return err
@@ -132,6 +199,24 @@ func (c *nativeVerifyCmd) Run(e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "native delay infrastructure on %s: ok\n  %d levels (exchange, queue, TTL, dead-letter exchange, bindings), delivery exchange, guard, probe queue; every level watched moves\n",
 		c.describe(), nativedelay.Levels)
+	return nil
+}
+
+// runNATS checks the schedule stream and fires a probe schedule.
+func (c *nativeVerifyCmd) runNATS(e *env) error {
+	pub, err := c.natsPublisher(newLogger(e))
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	if err := pub.Verify(e.ctx); err != nil {
+		if errors.Is(err, nativenats.ErrStream) {
+			return fmt.Errorf("native schedules on %s: %w (`timeoutmill native setup` fixes the stream's settings)", c.describeNATS(), connect.RedactError(err, c.Transport))
+		}
+		return connect.RedactError(err, c.Transport)
+	}
+	fmt.Fprintf(e.stdout, "native schedules on %s: ok\n  stream %s allows message schedules and captures %s.>; no limit removes a pending schedule; a probe schedule fired, not early\n",
+		c.describeNATS(), c.NATSStream, c.NATSSubjectPrefix)
 	return nil
 }
 
