@@ -249,8 +249,8 @@ type Position struct {
 // implement Inspector, those calls return ErrUnsupported. Every backend of this module
 // implements it.
 type Inspector interface {
-	// Stats counts what is stored at now. It may read the whole table: it is for operators, not
-	// for a poll loop.
+	// Stats counts what is stored at now, exactly. It may read the whole table (PostgreSQL's
+	// reads only as much as it counts): it is for operators and scrapes, not for a poll loop.
 	Stats(ctx context.Context, now time.Time) (Stats, error)
 	// List returns a page of timeouts in due time order, then id, without their payloads.
 	List(ctx context.Context, opts ListOptions) ([]Timeout, error)
