@@ -26,6 +26,8 @@ type Suite struct {
 	Scale func(ctx context.Context, env Env, plan Plan) ([]Result, error)
 	// ScaleOut runs the scale-out scenario when Plan.ScaleOutBacklog > 0.
 	ScaleOut func(ctx context.Context, env Env, plan Plan) ([]Result, error)
+	// ScaleSQLite runs the SQLite store's scale scenario when Plan.ScalePending > 0.
+	ScaleSQLite func(ctx context.Context, env Env, plan Plan) ([]Result, error)
 	// Only, when set, keeps the rows whose name it matches.
 	Only *regexp.Regexp
 }
@@ -38,6 +40,8 @@ func DefaultSuite(plan Plan) Suite {
 		Ceilings: Ceilings(),
 		Scale:    runScale,
 		ScaleOut: runScaleOut,
+		// The embedded store at its own size, through its API: no server needed.
+		ScaleSQLite: runScaleSQLite,
 	}
 }
 
@@ -116,6 +120,21 @@ func (s Suite) Run(ctx context.Context, env Env) ([]Result, error) {
 			for _, r := range rs {
 				add(r)
 			}
+		}
+	}
+	if s.ScaleSQLite != nil && s.Plan.ScalePending > 0 && s.wants(Result{System: "SQLite store", Kind: KindScale}.Name()) {
+		probe := Result{System: "SQLite store", Kind: KindScale}
+		progress(env, "start %s", probe.Name())
+		rs, err := s.ScaleSQLite(ctx, env, s.Plan)
+		if err != nil {
+			probe.NotRun = "failed: " + err.Error()
+			rs = append(rs, probe)
+		}
+		for _, r := range rs {
+			add(r)
+		}
+		if ctx.Err() != nil {
+			return results, ctx.Err()
 		}
 	}
 	if s.ScaleOut != nil && s.Plan.ScaleOutBacklog > 0 && len(s.Plan.ScaleOutInstances) > 0 && s.wantsScaleOut() {
