@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -31,14 +32,16 @@ func scaleOutSystem(n int) string {
 
 // Scale-out settings.
 const (
-	// scaleOutLead is how far after the backlog is filled it falls due: long enough for every
-	// instance to start and wait for it, so that all of them drain it from its first second.
+	// scaleOutLead is how far after the backlog is filled it falls due, at least: long enough for
+	// every instance to start and wait for it, so that all of them drain it from its first second.
 	scaleOutLead = 15 * time.Second
 	// scaleOutTimeout is the longest one drain may take before the missing messages count as lost.
 	scaleOutTimeout = 5 * time.Minute
 	// dispatchedMetric is the counter of messages an instance forwarded, read from its
 	// --metrics-addr endpoint after the drain: the per-instance split.
 	dispatchedMetric = "timeoutmill_timeouts_dispatched_total"
+	// failuresMetric counts an instance's failures, all stages together.
+	failuresMetric = "timeoutmill_failures_total"
 )
 
 // runScaleOut drains a backlog of Plan.ScaleOutBacklog timeouts, all due at one instant, with each
@@ -127,31 +130,53 @@ func (s *scale) drainWith(ctx context.Context, dest string, n, size int) (Result
 		}
 	}
 
+	watch, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
 	select {
 	case <-got.all:
 		time.Sleep(linger)
 	case <-time.After(time.Until(due) + scaleOutTimeout):
+	case in := <-anyExited(watch, instances):
+		// A critical error (the store or the broker failing for --outage-wait) stops an
+		// instance: the drain is not what the row would measure.
+		err := in.exit()
+		if err == nil {
+			err = fmt.Errorf("instance %s exited", in.name)
+		}
+		return r, fmt.Errorf("during the drain, %w (%s of %s arrived)", err, count(got.tally().unique), count(size))
 	case <-ctx.Done():
 		return r, ctx.Err()
 	}
 	tl := got.tally()
 	split := make([]string, n)
-	total := 0
+	total, failures := 0, 0
 	for i, in := range instances {
-		v, err := in.dispatched()
+		v, err := in.counter(dispatchedMetric)
+		if err != nil {
+			return r, err
+		}
+		f, err := in.counter(failuresMetric)
 		if err != nil {
 			return r, err
 		}
 		total += v
+		failures += f
 		split[i] = count(v)
 	}
 	var stopErrs []error
 	for _, in := range instances {
 		stopErrs = append(stopErrs, in.stop())
 	}
+	instances0 := instances
 	instances = nil
 	if err := errors.Join(stopErrs...); err != nil {
 		return r, err
+	}
+	var logged []string
+	for _, in := range instances0 {
+		if line, n := firstError(in.log); n > 0 {
+			logged = append(logged, fmt.Sprintf("%s: %d, first: %s", in.name, n, line))
+		}
 	}
 
 	r.Counted, r.Early, r.Lost, r.Duplicated = true, tl.early, size-tl.unique, tl.dups
@@ -161,10 +186,13 @@ func (s *scale) drainWith(ctx context.Context, dest string, n, size int) (Result
 	}
 	r.Figures = map[string]float64{"drain": r.DrainRate, "instances": float64(n)}
 	r.Notes = append(r.Notes,
-		fmt.Sprintf("forwarded per instance (%s): %s = %s", dispatchedMetric, strings.Join(split, " + "), count(total)),
+		fmt.Sprintf("forwarded per instance (%s): %s = %s; %s: %d", dispatchedMetric, strings.Join(split, " + "), count(total), failuresMetric, failures),
 		fmt.Sprintf("backlog filled by SQL in %s before the instances started, due %s after; service defaults, --log-level error",
 			filled.Round(100*time.Millisecond), scaleOutLead),
 		fmt.Sprintf("%d-byte payloads; duplicates counted by message id at the application's consumer", DefaultPayload))
+	if len(logged) > 0 {
+		r.Notes = append(r.Notes, "errors logged: "+strings.Join(logged, "; "))
+	}
 	return r, nil
 }
 
@@ -172,18 +200,20 @@ func (s *scale) drainWith(ctx context.Context, dest string, n, size int) (Result
 // insert ends, each id a message UUID, and returns that instant.
 func (s *scale) fillBacklog(ctx context.Context, run, dest string, size int) (time.Time, error) {
 	md := persistence.EncodeMetadata(map[string]string{HeaderRun: run})
-	// Far ahead while inserting, moved to its instant after: an instance polling the store
-	// meanwhile (none should) would find nothing due.
+	// Due in a day while inserting, then moved to its instant: the instant is set from how long
+	// the insert took, so the update (as long) and the instances' start fit before it, however
+	// loaded the machine.
+	start := time.Now()
 	if _, err := s.db.ExecContext(ctx, `INSERT INTO `+s.table+` (id, destination, due, available_at, owner, payload, metadata, failure_count)
 SELECT $1 || '-' || g, $2, now() + interval '1 day', now() + interval '1 day', '', $3, $4, 0
 FROM generate_series(1, $5::int) AS g`, run, dest, payload(DefaultPayload), md, size); err != nil {
 		return time.Time{}, fmt.Errorf("filling the backlog: %w", err)
 	}
-	due := time.Now().Add(scaleOutLead).Truncate(time.Millisecond)
-	if _, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET due = $1, available_at = $1`, due); err != nil {
+	if _, err := s.db.ExecContext(ctx, `ANALYZE `+s.table); err != nil {
 		return time.Time{}, fmt.Errorf("filling the backlog: %w", err)
 	}
-	if _, err := s.db.ExecContext(ctx, `VACUUM (ANALYZE) `+s.table); err != nil {
+	due := time.Now().Add(scaleOutLead + 2*time.Since(start)).Truncate(time.Millisecond)
+	if _, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET due = $1, available_at = $1`, due); err != nil {
 		return time.Time{}, fmt.Errorf("filling the backlog: %w", err)
 	}
 	if time.Until(due) < scaleOutLead/3 {
@@ -247,9 +277,13 @@ func (t *drainTally) tally() drainCounts {
 // instance is one `timeoutmill run` process of the scale-out scenario, serving its metrics and
 // probes on a port of its own.
 type instance struct {
-	*service
+	cmd     *exec.Cmd
 	name    string
+	log     string
 	metrics string
+	// exited is closed when the process has ended, with err its exit.
+	exited chan struct{}
+	err    error
 }
 
 func (s *scale) startInstance(name string) (*instance, error) {
@@ -270,12 +304,56 @@ func (s *scale) startInstance(name string) (*instance, error) {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", s.env.Timeoutmill, err)
 	}
-	svc := &service{cmd: cmd, done: make(chan error, 1), log: logPath}
+	in := &instance{cmd: cmd, name: name, log: logPath, metrics: "http://" + addr, exited: make(chan struct{})}
 	go func() {
-		svc.done <- cmd.Wait()
+		in.err = cmd.Wait()
 		_ = logFile.Close()
+		close(in.exited)
 	}()
-	return &instance{service: svc, name: name, metrics: "http://" + addr}, nil
+	return in, nil
+}
+
+// stop ends the instance with SIGTERM, as an operator would, and waits for it.
+func (in *instance) stop() error {
+	select {
+	case <-in.exited:
+		return in.exit()
+	default:
+	}
+	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return fmt.Errorf("stopping instance %s: %w", in.name, err)
+	}
+	select {
+	case <-in.exited:
+		return in.exit()
+	case <-time.After(time.Minute):
+		_ = in.cmd.Process.Kill()
+		return fmt.Errorf("instance %s did not stop within a minute; see %s", in.name, in.log)
+	}
+}
+
+// exit describes how the ended instance exited: nil for status 0, else with the last line of
+// its log (a critical error's reason).
+func (in *instance) exit() error {
+	if in.err == nil {
+		return nil
+	}
+	return fmt.Errorf("instance %s exited with %w: %s", in.name, in.err, lastLine(in.log))
+}
+
+// anyExited returns a channel closed when any of the instances has ended.
+func anyExited(ctx context.Context, instances []*instance) <-chan *instance {
+	out := make(chan *instance, len(instances))
+	for _, in := range instances {
+		go func() {
+			select {
+			case <-in.exited:
+				out <- in
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return out
 }
 
 // ready waits until the instance's readiness probe answers 200, at most within.
@@ -294,8 +372,8 @@ func (in *instance) ready(ctx context.Context, within time.Duration) error {
 			return fmt.Errorf("instance %s was not ready before the backlog fell due; see %s", in.name, in.log)
 		}
 		select {
-		case err := <-in.done:
-			return fmt.Errorf("instance %s exited (%v); see %s", in.name, err, in.log)
+		case <-in.exited:
+			return in.exit()
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -303,8 +381,9 @@ func (in *instance) ready(ctx context.Context, within time.Duration) error {
 	}
 }
 
-// dispatched reads how many messages the instance forwarded from its metrics.
-func (in *instance) dispatched() (int, error) {
+// counter reads the sum of a counter's series from the instance's metrics; 0 when it has none
+// (a counter with labels shows no series before its first count).
+func (in *instance) counter(name string) (int, error) {
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(in.metrics + "/metrics")
 	if err != nil {
 		return 0, fmt.Errorf("reading the metrics of %s: %w", in.name, err)
@@ -312,9 +391,10 @@ func (in *instance) dispatched() (int, error) {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	var sum float64
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, dispatchedMetric+"{") && !strings.HasPrefix(line, dispatchedMetric+" ") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
 			continue
 		}
 		fields := strings.Fields(line)
@@ -322,12 +402,36 @@ func (in *instance) dispatched() (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("reading the metrics of %s: %q: %w", in.name, line, err)
 		}
-		return int(v), nil
+		sum += v
 	}
 	if err := sc.Err(); err != nil {
 		return 0, fmt.Errorf("reading the metrics of %s: %w", in.name, err)
 	}
-	return 0, fmt.Errorf("the metrics of %s have no %s", in.name, dispatchedMetric)
+	return int(sum), nil
+}
+
+// lastLine is the last line of a log file.
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "reading its log: " + err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1][:min(len(lines[len(lines)-1]), 300)]
+}
+
+// firstError returns the first line of a service log and how many lines it has: the service
+// runs with --log-level error, so every line is an error.
+func firstError(path string) (string, int) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "reading the log: " + err.Error(), 1
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) == 1 && lines[0] == "" {
+		return "", 0
+	}
+	return lines[0][:min(len(lines[0]), 300)], len(lines)
 }
 
 // freePort returns a loopback address with a port free at the time of the call.
