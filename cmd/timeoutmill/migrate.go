@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
@@ -18,7 +19,7 @@ import (
 )
 
 type migrateCmd struct {
-	To          string `required:"" enum:"rabbitmq-native" help:"Where the timeouts go: rabbitmq-native (RabbitMQ's 28 delay levels)."`
+	To          string `required:"" enum:"rabbitmq-native,nats-native" help:"Where the timeouts go: rabbitmq-native (RabbitMQ's 28 delay levels, --transport amqp://…) or nats-native (JetStream's message schedules, --transport nats://…)."`
 	storeFlags  `embed:""`
 	nativeFlags `embed:""`
 
@@ -45,17 +46,21 @@ func (c *migrateCmd) Run(e *env) error {
 		return err
 	}
 	defer store.Close()
-	pub, err := c.publisher(logger, c.Workers)
+	target, closeTarget, err := c.target(logger)
 	if err != nil {
 		return err
 	}
-	defer pub.Close()
+	defer closeTarget()
 
 	cfg := nativemigrate.MigrationConfig{
-		Store: store, Publisher: pub, Cutoff: cutoff, BatchSize: c.Batch, Workers: c.Workers,
+		Store: store, Target: target, Cutoff: cutoff, BatchSize: c.Batch, Workers: c.Workers,
 		SkipUnmigratable: c.SkipUnmigratable, FinishTimeout: c.FinishTimeout, Logger: logger,
 	}
-	fmt.Fprintf(e.stdout, "store:      %s (endpoint %s)\nbroker:     %s\n", connect.Redact(c.Store), c.Endpoint, c.describe())
+	where := c.describe()
+	if c.To == "nats-native" {
+		where = c.describeNATS()
+	}
+	fmt.Fprintf(e.stdout, "store:      %s (endpoint %s)\nbroker:     %s\n", connect.Redact(c.Store), c.Endpoint, where)
 	if c.DryRun {
 		pf, err := nativemigrate.Check(e.ctx, cfg)
 		if err != nil {
@@ -86,6 +91,25 @@ func (c *migrateCmd) Run(e *env) error {
 	return nil
 }
 
+// target opens the native delay --to names, on --transport; call closeTarget when done.
+func (c *migrateCmd) target(logger watermill.LoggerAdapter) (target nativemigrate.Target, closeTarget func(), err error) {
+	if (c.To == "nats-native") != c.isNATS() {
+		return nil, nil, fmt.Errorf("%w: --to %s needs a %s --transport", connect.ErrInvalid, c.To, map[bool]string{true: "nats://", false: "amqp://"}[c.To == "nats-native"])
+	}
+	if c.To == "nats-native" {
+		pub, err := c.natsPublisher(logger)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nativemigrate.NATS(pub), func() { _ = pub.Close() }, nil
+	}
+	pub, err := c.publisher(logger, c.Workers)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nativemigrate.RabbitMQ(pub), func() { _ = pub.Close() }, nil
+}
+
 // parseCutoff reads --cutoff: RFC 3339, or a duration from now; empty for none.
 func parseCutoff(value string, now time.Time) (time.Time, error) {
 	if value == "" {
@@ -106,7 +130,11 @@ func (c *migrateCmd) printPreflight(w io.Writer, pf nativemigrate.Preflight, cut
 	}
 	fmt.Fprintln(w)
 	if sv.Hidden > 0 {
-		fmt.Fprintf(w, "resuming:   %d hidden by a migration that stopped; they are sent again (those it had sent arrive twice)\n", sv.Hidden)
+		again := "those it had sent arrive twice"
+		if c.To == "nats-native" {
+			again = "a schedule sent again replaces its own; only those due already, sent at once, may arrive twice"
+		}
+		fmt.Fprintf(w, "resuming:   %d hidden by a migration that stopped; they are sent again (%s)\n", sv.Hidden, again)
 	}
 	problems := pf.Problems()
 	if len(problems) == 0 {

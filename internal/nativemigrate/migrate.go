@@ -13,7 +13,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/timeoutmill/timeoutmill/internal/configerr"
-	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
 	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
@@ -31,7 +30,10 @@ type MigrationConfig struct {
 	// Store holds the timeouts; it must implement persistence.Handover. Required. Timeout
 	// managers may keep running on it.
 	Store persistence.Store
-	// Publisher sends the timeouts through the delay levels. Required.
+	// Target is the native delay the timeouts go to: RabbitMQ(publisher) or NATS(publisher).
+	// Required, unless Publisher is set.
+	Target Target
+	// Publisher, when Target is not set, sends the timeouts through RabbitMQ's delay levels.
 	Publisher *rabbitmq.Publisher
 	// Cutoff, when set, limits the migration to timeouts due at or after it; earlier ones stay
 	// for the timeout manager. Defaults to none: every timeout, those past due sent at once.
@@ -76,6 +78,9 @@ func (c *MigrationConfig) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}
 	}
+	if c.Target == nil && c.Publisher != nil {
+		c.Target = RabbitMQ(c.Publisher)
+	}
 }
 
 // Validate reports the first missing or impossible setting.
@@ -83,8 +88,8 @@ func (c MigrationConfig) Validate() error {
 	switch {
 	case c.Store == nil:
 		return fmt.Errorf("%w: Store is required", configerr.ErrInvalidConfig)
-	case c.Publisher == nil:
-		return fmt.Errorf("%w: Publisher is required", configerr.ErrInvalidConfig)
+	case c.Target == nil:
+		return fmt.Errorf("%w: Publisher is required (or Target)", configerr.ErrInvalidConfig)
 	case c.BatchSize < 0 || c.Workers < 0 || c.Removers < 0:
 		return fmt.Errorf("%w: BatchSize, Workers and Removers must be positive", configerr.ErrInvalidConfig)
 	case c.FinishTimeout < 0:
@@ -291,7 +296,7 @@ func (m *migration) worker(hiding, work context.Context) error {
 func (m *migration) migrate(ctx context.Context, batch []persistence.Timeout) error {
 	now := time.Now()
 	var (
-		sendable  []rabbitmq.Delayed
+		sendable  []Item
 		sent      []persistence.Timeout
 		putBack   []string
 		unsent    []string
@@ -310,17 +315,17 @@ func (m *migration) migrate(ctx context.Context, batch []persistence.Timeout) er
 		}
 		msg := message.NewMessage(t.ID, t.Payload)
 		msg.Metadata = t.Metadata
-		sendable = append(sendable, rabbitmq.Delayed{Destination: t.Destination, Due: t.Due, Message: msg})
+		sendable = append(sendable, Item{Destination: t.Destination, Due: t.Due, Message: msg})
 		sent = append(sent, t)
 	}
-	results, sendErr := m.cfg.Publisher.Send(ctx, now, sendable)
+	results, sendErr := m.cfg.Target.Send(ctx, now, sendable)
 	sentAt := time.Now()
 	confirmed := make([]persistence.Timeout, 0, len(sent))
 	for i, t := range sent {
 		switch err := results[i]; {
 		case err == nil:
 			confirmed = append(confirmed, t)
-		case sendErr == nil && !errors.Is(err, rabbitmq.ErrNotConfirmed):
+		case sendErr == nil && !m.cfg.Target.Unconfirmed(err):
 			m.unmigratable(t, err.Error()) // returned, or a delay that no longer fits
 		default:
 			unsent = append(unsent, t.ID) // refused, or its fate unknown: back to the managers
@@ -435,9 +440,9 @@ func (m *migration) destinationProblem(ctx context.Context, destination string) 
 	}
 	// A destination the preflight did not see: a timeout stored since.
 	reason = ""
-	if err := nativedelay.ValidateDestination(destination); err != nil {
-		reason = err.Error()
-	} else if exists, err := m.cfg.Publisher.DestinationExists(ctx, destination); err == nil && !exists {
+	if invalid, missing, err := m.cfg.Target.CheckDestination(ctx, destination); invalid != nil {
+		reason = invalid.Error()
+	} else if err == nil && missing {
 		reason = "destination queue " + destination + " does not exist"
 	}
 	m.mu.Lock()

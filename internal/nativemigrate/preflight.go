@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/timeoutmill/timeoutmill/internal/nativedelay"
-	"github.com/timeoutmill/timeoutmill/native/rabbitmq"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
@@ -101,27 +99,26 @@ func check(ctx context.Context, config MigrationConfig) (Preflight, error) {
 	if p.Survey, err = h.Survey(ctx, config.cutoff()); err != nil {
 		return Preflight{}, fmt.Errorf("rabbitmq: surveying the store: %w", err)
 	}
-	if err := config.Publisher.Verify(ctx); err != nil {
-		if !errors.Is(err, rabbitmq.ErrTopology) {
-			return Preflight{}, err
-		}
-		p.Topology = err
+	problem, err := config.Target.Verify(ctx)
+	if err != nil {
+		return Preflight{}, err
 	}
+	p.Topology = problem
 	for d, n := range p.Survey.Destinations {
-		if err := nativedelay.ValidateDestination(d); err != nil {
-			p.InvalidDestinations[d] = err
-			continue
-		}
-		exists, err := config.Publisher.DestinationExists(ctx, d)
-		if err != nil {
+		invalid, missing, err := config.Target.CheckDestination(ctx, d)
+		switch {
+		case err != nil:
 			return Preflight{}, err
-		}
-		if !exists {
+		case invalid != nil:
+			p.InvalidDestinations[d] = invalid
+		case missing:
 			p.MissingDestinations[d] = n
 		}
 	}
-	p.LatestMigratable = p.Now.Add(rabbitmq.MaxDelay)
-	p.TooLate = p.Survey.Latest.After(p.LatestMigratable)
+	if max := config.Target.MaxDelay(); max > 0 {
+		p.LatestMigratable = p.Now.Add(max)
+		p.TooLate = p.Survey.Latest.After(p.LatestMigratable)
+	}
 	return p, nil
 }
 

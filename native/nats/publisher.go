@@ -134,6 +134,10 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 		if err != nil {
 			return fmt.Errorf("nats: message %s for %s: %w", msg.UUID, topic, err)
 		}
+		if _, keyed := msg.Metadata[wire.HeaderKey]; keyed {
+			return fmt.Errorf("nats: message %s for %s: %w: native schedules cannot deduplicate by %s; schedule keyed messages with the timeout manager",
+				msg.UUID, topic, wire.ErrInvalidHeader, wire.HeaderKey)
+		}
 		out[i] = Delayed{Destination: topic, Due: due, Message: msg}
 	}
 	results, err := p.Send(messages[0].Context(), now, out)
@@ -243,10 +247,6 @@ func (p *Publisher) outgoing(now time.Time, d Delayed) (*natsgo.Msg, error) {
 	token, err := idToken(id)
 	if err != nil {
 		return nil, err
-	}
-	if _, keyed := d.Message.Metadata[wire.HeaderKey]; keyed {
-		return nil, fmt.Errorf("%w: native schedules cannot deduplicate by %s; schedule keyed messages with the timeout manager",
-			wire.ErrInvalidHeader, wire.HeaderKey)
 	}
 	msg := &natsgo.Msg{Data: d.Message.Payload, Header: natsgo.Header{}}
 	for k, v := range d.Message.Metadata {
