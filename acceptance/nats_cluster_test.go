@@ -63,6 +63,7 @@ func (c *natsCluster) script(args ...string) ([]byte, error) {
 		"TIMEOUTMILL_SERVICES_DIR="+c.dir,
 		"TIMEOUTMILL_NATS_CLUSTER_PORT="+strconv.Itoa(c.port),
 		"TIMEOUTMILL_NATS_CLUSTER_NAME="+c.name,
+		"TIMEOUTMILL_INSTALL_DIR="+sharedInstallDir(),
 	)
 	return cmd.CombinedOutput()
 }
@@ -307,11 +308,11 @@ func TestNATSClusterLeaderKilledUnderLoad(t *testing.T) {
 	before := got.distinct()
 	killed := time.Now()
 	restart := c.killUntilCleanup(t, server)
-	require.NoError(t, <-sent)
 	time.Sleep(time.Until(killed.Add(10 * time.Second)))
 	downDelivered := got.distinct()
 	restartTook := restart()
 	back := time.Now()
+	require.NoError(t, <-sent)
 	allDelivered := got.waitDistinct(count, 3*time.Minute)
 	allAt, afterBack := time.Since(killed), time.Since(back)
 	got.quiet(2*time.Second, 30*time.Second)
@@ -355,11 +356,12 @@ func TestNATSClusterLeaderKilledUnderLoad(t *testing.T) {
 	faultLog(t, "%s, early=%d (error queue %d); killed server %d, leader of %s (busiest) and of %v, with %d delivered; "+
 		"%d delivered while it was down (10 s); publishes repeated: %d, longest publish %s; restarted in %s; "+
 		"longest pause in deliveries from the kill on: %s; all delivered %s after the kill (%t), %s after the restart; latest %s after due; "+
-		"store drained %s later (%d stored, %d in the dispatcher stream); restarted server current again: %t; critical errors: %d",
+		"store drained %s later (%d stored, %d in the dispatcher stream); restarted server current again: %t; "+
+		"service reconnections: %d; critical errors: %d",
 		f, early, errored, server, busiest, led, before, downDelivered, resent, longestPublish.Round(time.Millisecond),
 		restartTook.Round(time.Millisecond), pause.Round(time.Millisecond), allAt.Round(time.Millisecond), allDelivered,
 		afterBack.Round(time.Millisecond), latest.Round(time.Millisecond), drained.Round(time.Millisecond), stored, queued,
-		caughtUp, svc.count(criticalLogged))
+		caughtUp, svc.count("Connected again"), svc.count(criticalLogged))
 	require.Less(t, before, count, "deliveries were left for after the kill")
 	require.True(t, allDelivered, "all delivered (%d of %d)", got.distinct(), count)
 	requireNoneLost(t, f)

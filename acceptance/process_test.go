@@ -405,8 +405,18 @@ func (p *privateServers) script(args ...string) ([]byte, error) {
 		"TIMEOUTMILL_RABBITMQ_NODENAME="+p.node,
 		"TIMEOUTMILL_REDIS_PORT="+strconv.Itoa(p.redisPort),
 		"TIMEOUTMILL_NATS_PORT="+strconv.Itoa(p.natsPort),
+		"TIMEOUTMILL_INSTALL_DIR="+sharedInstallDir(),
 	)
 	return cmd.CombinedOutput()
+}
+
+// sharedInstallDir is where the shared servers' scripts/services.sh builds nats-server: private
+// servers use that build rather than make their own.
+func sharedInstallDir() string {
+	if dir := os.Getenv("TIMEOUTMILL_SERVICES_DIR"); dir != "" {
+		return dir
+	}
+	return "/tmp/timeoutmill-services"
 }
 
 // up starts a private server ("postgres", "rabbitmq", "redis" or "nats") and returns how long that took.

@@ -22,7 +22,8 @@
 # port is this + 20000), TIMEOUTMILL_POSTGRES_PORT (5442), TIMEOUTMILL_MARIADB_PORT (3316),
 # TIMEOUTMILL_REDIS_PORT (6389), TIMEOUTMILL_NATS_PORT (4232), TIMEOUTMILL_TOXIPROXY_PORT (8484,
 # its HTTP API; the proxies tests create listen on ports of their own),
-# TIMEOUTMILL_RABBITMQ_NODENAME (timeoutmill@localhost).
+# TIMEOUTMILL_RABBITMQ_NODENAME (timeoutmill@localhost), TIMEOUTMILL_INSTALL_DIR (where
+# nats-server is built with `go install`; default the state dir).
 #
 # `cluster` runs three RabbitMQ nodes joined in one cluster, for the cluster acceptance test: node N
 # listens on TIMEOUTMILL_CLUSTER_PORT + N - 1 (base 5692; distribution ports + 20000), is named
@@ -80,9 +81,11 @@ TOXIPROXY_BIN=$TOXIPROXY_DIR/$TOXIPROXY_VERSION/toxiproxy-server
 
 # The nats-server release `go install` builds (Debian 12 ships 2.9, before message schedules). A
 # new version goes into a directory of its own, so changing this line installs it on the next `up`.
+# TIMEOUTMILL_INSTALL_DIR (default: the state dir) lets state dirs share one build: the tests'
+# private servers use the shared servers' instead of building their own.
 NATS_MODULE=github.com/nats-io/nats-server/v2
 NATS_VERSION=v2.15.3
-NATS_BIN=$NATS_DIR/$NATS_VERSION/nats-server
+NATS_BIN=${TIMEOUTMILL_INSTALL_DIR:-$STATE}/nats/$NATS_VERSION/nats-server
 
 ALL_SERVICES=(rabbitmq postgres mariadb redis nats toxiproxy)
 # What this run learnt of each service ("up" or "down"), so that the env file need not ask again:
@@ -827,17 +830,23 @@ nats_version() {
 
 # nats_install builds the pinned release, unless a binary of that version is there already.
 nats_install() {
-	local dir=${NATS_BIN%/*}
+	local dir=${NATS_BIN%/*} tmp
 	[ -x "$NATS_BIN" ] && return 0
 	command -v go >/dev/null || die "nats: installing it needs go on PATH (go install $NATS_MODULE@$NATS_VERSION)"
 	mkdir -p "$dir"
-	# Run outside the repository, so that nothing of its go.mod or GOFLAGS applies to the install.
-	timed "nats: go install $NATS_VERSION" to_log "${dir%/*}/install.log" \
-		env -C "${dir%/*}" GOBIN="$dir" GOFLAGS= go install "$NATS_MODULE@$NATS_VERSION" ||
+	# Built aside and renamed into place, so that another script sharing the directory never runs
+	# a half-written binary. Run outside the repository, so that nothing of its go.mod or GOFLAGS
+	# applies to the install.
+	tmp=$(mktemp -d "$dir/install.XXXXXX")
+	timed "nats: go install $NATS_VERSION" to_log "$tmp.log" \
+		env -C "$tmp" GOBIN="$tmp" GOFLAGS= go install "$NATS_MODULE@$NATS_VERSION" ||
 		{
-			show_log "${dir%/*}/install.log"
+			show_log "$tmp.log"
+			rm -rf "$tmp"
 			die "nats: go install failed"
 		}
+	mv -f "$tmp/nats-server" "$NATS_BIN"
+	rm -rf "$tmp" "$tmp.log"
 }
 
 nats_up() {
