@@ -109,6 +109,9 @@ func TestFaultStreamBrokerRestartUnderLoad(t *testing.T) {
 			require.Zero(t, svc.count(criticalLogged), "a 10 s restart is no critical error:\n%s", svc.tail(20))
 			require.Less(t, before, count, "some deliveries were left for after the restart, so the service had to reconnect")
 			require.True(t, svc.running(), "the service survived the restart:\n%s", svc.tail(20))
+			if kind == "nats" {
+				require.Positive(t, svc.count("Connected again"), "the service logs its reconnection:\n%s", svc.tail(20))
+			}
 			svc.signal(t, sigterm)
 			code, _ := svc.wait(t, time.Minute)
 			require.Equal(t, 0, code)

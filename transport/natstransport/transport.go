@@ -50,11 +50,11 @@ func New(config Config, logger watermill.LoggerAdapter) (*Publisher, *Subscriber
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	pubConn, err := connect(config, "publisher")
+	pubConn, err := connect(config, "publisher", logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	subConn, err := connect(config, "subscriber")
+	subConn, err := connect(config, "subscriber", logger)
 	if err != nil {
 		pubConn.Close()
 		return nil, nil, err
@@ -84,8 +84,17 @@ func New(config Config, logger watermill.LoggerAdapter) (*Publisher, *Subscriber
 		&Subscriber{conn: subConn, config: config, streams: newStreams(subJS, config.Replicas), logger: logger, closing: make(chan struct{})}, nil
 }
 
-func connect(config Config, role string) (*nats.Conn, error) {
+func connect(config Config, role string, logger watermill.LoggerAdapter) (*nats.Conn, error) {
 	conn, err := nats.Connect(config.URL,
+		// A lost connection is made again to any server of the URL, or of the cluster it told of.
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: closed on purpose
+				logger.Info("Connection lost; connecting again", watermill.LogFields{"role": role, "err": err.Error()})
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			logger.Info("Connected again", watermill.LogFields{"role": role, "server": c.ConnectedUrlRedacted()})
+		}),
 		nats.Name(config.Durable+" "+role),
 		nats.Timeout(connectTimeout),
 		nats.MaxReconnects(-1),
