@@ -40,10 +40,19 @@ type parkerStore interface {
 // setup runs a manager on the memory store and GoChannel, and its dashboard with config.
 func setup(t *testing.T, config dashboard.Config) *testBundle {
 	t.Helper()
+	return setupOn(t, config, memory.New().(parkerStore), nil)
+}
+
+// setupOn is setup on store, with the manager's configuration adjusted by mutate.
+func setupOn(t *testing.T, config dashboard.Config, store parkerStore, mutate func(*timeouts.Config)) *testBundle {
+	t.Helper()
 	logger := watermill.NopLogger{}
 	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024, BlockPublishUntilSubscriberAck: true}, logger)
-	store := memory.New().(parkerStore)
-	manager, err := timeouts.NewManager(timeouts.Config{Endpoint: "orders", Store: store, Publisher: pubSub, Subscriber: pubSub}, logger)
+	cfg := timeouts.Config{Endpoint: "orders", Store: store, Publisher: pubSub, Subscriber: pubSub}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	manager, err := timeouts.NewManager(cfg, logger)
 	require.NoError(t, err)
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, logger)
 	require.NoError(t, err)
@@ -175,6 +184,13 @@ type statsBody struct {
 		Name  string `json:"name"`
 		Armed bool   `json:"armed"`
 	} `json:"breakers"`
+	Clock struct {
+		Measured bool       `json:"measured"`
+		Offset   float64    `json:"offset_seconds"`
+		Error    float64    `json:"error_seconds"`
+		At       *time.Time `json:"measured_at"`
+		Alarm    bool       `json:"alarm"`
+	} `json:"clock"`
 	Sampled int  `json:"sampled"`
 	Partial bool `json:"sample_partial"`
 }

@@ -35,6 +35,7 @@ type overview struct {
 	Dispatch      dispatchCounts `json:"dispatch"`
 	Breakers      []breaker      `json:"breakers"`
 	Critical      *criticalError `json:"critical_error,omitempty"`
+	Clock         clockOffset    `json:"clock"`
 	// Sampled is how many of the earliest due timeouts were read to count Due and ByOwner.
 	Sampled int  `json:"sampled"`
 	Partial bool `json:"sample_partial"`
@@ -82,6 +83,23 @@ type latenessBucket struct {
 type breaker struct {
 	Name  string `json:"name"`
 	Armed bool   `json:"armed"`
+}
+
+// clockOffset is the latest measurement of the offset between the manager's clock and its
+// store's (timeouts.Manager.ClockOffset).
+type clockOffset struct {
+	// Measured is false before the first measurement, and always with a store that has no clock
+	// of its own (memory, SQLite): the manager's clock is then the store's.
+	Measured bool `json:"measured"`
+	// Offset is the store's clock minus the manager's, in seconds: positive when the manager's
+	// clock is behind.
+	Offset float64 `json:"offset_seconds"`
+	// Error bounds how far Offset may be from the true offset: half the measurement's round trip.
+	Error float64 `json:"error_seconds"`
+	// At is when it was measured, on the manager's clock.
+	At *time.Time `json:"measured_at,omitempty"`
+	// Alarm is true while the offset is above the manager's alarm (Config.ClockSkewAlarm).
+	Alarm bool `json:"alarm"`
 }
 
 type criticalError struct {
@@ -166,6 +184,10 @@ func (s *server) overview(ctx context.Context) (overview, error) {
 	}
 	for _, b := range a.Breakers {
 		o.Breakers = append(o.Breakers, breaker{Name: b.Name, Armed: b.Armed})
+	}
+	if c := a.Clock; c.Measured {
+		at := c.At.UTC()
+		o.Clock = clockOffset{Measured: true, Offset: c.Offset.Seconds(), Error: c.Error.Seconds(), At: &at, Alarm: c.Alarm}
 	}
 	var ce *critical.Error
 	if err := s.m.Err(); errors.As(err, &ce) {

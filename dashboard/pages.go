@@ -205,6 +205,7 @@ var templateFuncs = template.FuncMap{
 	"pct64":   func(n, of uint64) int { return pct(int(n), int(of)) },
 	"sum":     sum,
 	"ptrTime": func(t *time.Time) time.Time { return *t },
+	"clock":   clockText,
 	"act":     func(on bool, r row) actionButtons { return actionButtons{On: on, ID: r.ID, Parked: r.Parked != ""} },
 }
 
@@ -273,6 +274,29 @@ func sum(m map[string]uint64) uint64 {
 		s += v
 	}
 	return s
+}
+
+// clockText says how the manager's clock differs from its store's: "3.002s ahead of the store's
+// (± 150µs)".
+func clockText(c clockOffset) string {
+	if !c.Measured {
+		return "not measured: a store without a clock of its own (memory, SQLite) goes by this process's"
+	}
+	d := time.Duration(c.Offset * float64(time.Second))
+	e := time.Duration(c.Error * float64(time.Second)).Round(time.Microsecond)
+	side := "behind"
+	if d < 0 {
+		d, side = -d, "ahead of"
+	}
+	if d >= 10*time.Millisecond {
+		d = d.Round(time.Millisecond)
+	} else {
+		d = d.Round(time.Microsecond)
+	}
+	if d == 0 {
+		return fmt.Sprintf("in step with the store's (± %s)", e)
+	}
+	return fmt.Sprintf("%s %s the store's (± %s)", d, side, e)
 }
 
 // when writes t briefly: its time of day when it is within a day of now, its date otherwise.
