@@ -256,6 +256,14 @@ type Inspector interface {
 	List(ctx context.Context, opts ListOptions) ([]Timeout, error)
 }
 
+// Counter is an optional interface that may be implemented by an [Inspector]: Count returns
+// what Stats would as Pending and Parked, exactly, at a cost that does not grow with what the
+// store holds. The manager's pending and parked gauges call it, when the store has it, on every
+// scrape instead of Stats. PostgreSQL's store implements it.
+type Counter interface {
+	Count(ctx context.Context) (pending, parked int, err error)
+}
+
 // HiddenFrom is the earliest end of a hidden timeout's claim: Handover.Hide claims timeouts until
 // a mark at or after it, which no poller's now reaches, so they stay with whoever hid them.
 var HiddenFrom = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)

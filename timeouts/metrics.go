@@ -126,8 +126,9 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-// storeGauges exports what the store holds, from one Inspector.Stats per scrape: the pending
-// timeouts and, among them, the parked ones.
+// storeGauges exports what the store holds, from one persistence.Counter.Count per scrape, or
+// one Inspector.Stats when the store has no Count: the pending timeouts and, among them, the
+// parked ones.
 type storeGauges struct {
 	inspector       persistence.Inspector
 	now             func() time.Time // the store's time
@@ -152,7 +153,11 @@ func (g *storeGauges) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	pending, parked := -1.0, -1.0
-	if st, err := g.inspector.Stats(ctx, g.now()); err == nil {
+	if c, ok := g.inspector.(persistence.Counter); ok { // the two counts alone, without Stats' index ranges
+		if p, k, err := c.Count(ctx); err == nil {
+			pending, parked = float64(p), float64(k)
+		}
+	} else if st, err := g.inspector.Stats(ctx, g.now()); err == nil {
 		pending, parked = float64(st.Pending), float64(st.Parked)
 	}
 	ch <- prometheus.MustNewConstMetric(g.pending, prometheus.GaugeValue, pending)

@@ -1,6 +1,7 @@
 package timeouts_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 )
@@ -91,4 +93,34 @@ func TestActivityCountsWithoutARegisterer(t *testing.T) {
 	}
 	require.Equal(t, uint64(2), inBuckets, "every dispatched message is in one lateness bucket")
 	require.Contains(t, a.Failures, "dispatch")
+}
+
+// counted is a memory store whose Count says what the test set, so that the gauges show whether
+// they asked Count rather than Stats.
+type counted struct {
+	inspectable
+	pending, parked int
+}
+
+type inspectable interface {
+	persistence.Store
+	persistence.Inspector
+}
+
+func (c counted) Count(context.Context) (int, int, error) { return c.pending, c.parked, nil }
+
+func TestStoreGaugesAskCount(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	setup(t, counted{inspectable: memory.New().(inspectable), pending: 7, parked: 2}, func(c *timeouts.Config) { c.MetricsRegisterer = reg })
+	expected := `
+# HELP timeoutmill_timeouts_parked Parked timeouts in the store, waiting for an operator (-1 when the store cannot be read).
+# TYPE timeoutmill_timeouts_parked gauge
+timeoutmill_timeouts_parked{endpoint="orders"} 2
+# HELP timeoutmill_timeouts_pending Timeouts in the store, parked ones included (-1 when the store cannot be read).
+# TYPE timeoutmill_timeouts_pending gauge
+timeoutmill_timeouts_pending{endpoint="orders"} 7
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
+		"timeoutmill_timeouts_pending", "timeoutmill_timeouts_parked"), "the counts of Count, not of the empty store's Stats")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
@@ -41,7 +42,7 @@ type counts struct {
 	createParkedIndex, createClaimedIndex  string
 	lockTimeouts                           string
 	dropTriggers, createTriggers, reset    []string
-	fold, stats                            string
+	fold, stats, total                     string
 }
 
 // Trigger names, in the timeouts table's own name space.
@@ -135,6 +136,7 @@ FROM (SELECT
 	(SELECT max(due) FROM %[1]s) AS latest) AS n
 LEFT JOIN (SELECT destination, sum(pending) AS pending, sum(parked) AS parked FROM %[2]s
 	GROUP BY destination HAVING sum(pending) <> 0) AS c ON true`, t, c.table)
+	c.total = fmt.Sprintf(`SELECT COALESCE(sum(pending), 0), COALESCE(sum(parked), 0) FROM %s`, c.table)
 	return c
 }
 
@@ -182,21 +184,49 @@ func (c counts) installed() string {
 // quoteLiteral quotes s as a PostgreSQL string literal.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
-// read is Dialect.Stats on db: it folds the counts (when no other Stats is folding; a fold that
-// fails, on a standby or without the right to write, leaves them as exact, only longer), then
-// reads every number in one statement.
-func (c counts) read(ctx context.Context, db *sql.DB, now time.Time) (persistence.Stats, error) {
+// Count returns Stats' Pending and Parked alone, from the counts: its cost does not grow with
+// the table, nor with how many timeouts are due (persistence.Counter).
+func (s *Store) Count(ctx context.Context) (pending, parked int, err error) {
+	if err := sqlstore.Opened(s.c()); err != nil {
+		return 0, 0, err
+	}
+	db := sqlstore.DB(s.core)
+	if err := s.q.counts.foldOn(ctx, db); err != nil {
+		return 0, 0, fmt.Errorf("postgres: count: %w", err)
+	}
+	if err := db.QueryRowContext(ctx, s.q.counts.total).Scan(&pending, &parked); err != nil {
+		return 0, 0, fmt.Errorf("postgres: count: %w", notSetUp(err))
+	}
+	return pending, parked, nil
+}
+
+// foldOn folds the counts on db unless another call is folding them. A fold that fails, on a
+// standby or without the right to write, leaves the counts as exact, only longer to sum: only a
+// cancelled ctx is an error.
+func (c counts) foldOn(ctx context.Context, db *sql.DB) error {
 	if _, err := db.ExecContext(ctx, c.fold); err != nil && ctx.Err() != nil {
+		return err
+	}
+	return nil
+}
+
+// notSetUp wraps err, when it says the counts' table is missing, with persistence.ErrNotSetUp.
+func notSetUp(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		return fmt.Errorf("%w (%w: SetupInfrastructure adds the counts to a table an older version made)", err, persistence.ErrNotSetUp)
+	}
+	return err
+}
+
+// read is Dialect.Stats on db: it folds the counts, then reads every number in one statement.
+func (c counts) read(ctx context.Context, db *sql.DB, now time.Time) (persistence.Stats, error) {
+	if err := c.foldOn(ctx, db); err != nil {
 		return persistence.Stats{}, fmt.Errorf("postgres: stats: %w", err)
 	}
 	rows, err := db.QueryContext(ctx, c.stats, now)
 	if err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
-			return persistence.Stats{}, fmt.Errorf("postgres: stats: %w (%w: SetupInfrastructure adds the counts to a table an older version made)",
-				err, persistence.ErrNotSetUp)
-		}
-		return persistence.Stats{}, fmt.Errorf("postgres: stats: %w", err)
+		return persistence.Stats{}, fmt.Errorf("postgres: stats: %w", notSetUp(err))
 	}
 	defer rows.Close()
 	st := persistence.Stats{ByDestination: map[string]int{}}

@@ -87,6 +87,7 @@ func TestCountsFollowTransactions(t *testing.T) {
 	_, err = store.Park(ctx, ids[0], "failed again")
 	require.NoError(t, err)
 	sqlstoretest.StatsMatchTable(t, store, db, table)
+	requireCount(t, store)
 	_, err = store.StoreMany(ctx, []persistence.Timeout{{ID: "o1", Destination: "d9", Owner: "o", Due: now}, {ID: "o2", Destination: "d9", Owner: "o", Due: now}})
 	require.NoError(t, err)
 	sqlstoretest.StatsMatchTable(t, store, db, table)
@@ -97,4 +98,15 @@ func TestCountsFollowTransactions(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, unparked)
 	sqlstoretest.StatsMatchTable(t, store, db, table)
+	requireCount(t, store)
+}
+
+// requireCount checks that Count returns Stats' Pending and Parked.
+func requireCount(t *testing.T, store *postgres.Store) {
+	t.Helper()
+	st, err := store.Stats(t.Context(), time.Now())
+	require.NoError(t, err)
+	pending, parked, err := store.Count(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, []int{st.Pending, st.Parked}, []int{pending, parked}, "Count as Stats")
 }
