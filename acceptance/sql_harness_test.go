@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
@@ -146,8 +147,13 @@ type sqlNode struct {
 // startSQLNode runs a timeout manager for e's endpoint on store; mutate adjusts its config.
 func startSQLNode(t *testing.T, e *sqlEnv, store persistence.Store, mutate func(*timeouts.Config)) *sqlNode {
 	t.Helper()
+	return startSQLNodeLogged(t, e, store, testLogger(), mutate)
+}
+
+// startSQLNodeLogged is startSQLNode with the node's logger.
+func startSQLNodeLogged(t *testing.T, e *sqlEnv, store persistence.Store, logger watermill.LoggerAdapter, mutate func(*timeouts.Config)) *sqlNode {
+	t.Helper()
 	ctx := context.Background()
-	logger := testLogger()
 	pub, sub, err := sqltransport.New(ctx, e.config(), logger)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, pub.Close()) })
