@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/internal/testenv"
+	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/persistence/sqlite"
 )
 
 // natsSchedules gives a test a schedule stream and subject prefix of its own on the test NATS
@@ -79,4 +83,55 @@ func TestNativeSetupAndVerifyOnNATS(t *testing.T) {
 	code, _, stderr = timeoutmill(ctx, append([]string{"native", "unroutable", "list"}, flags...)...)
 	require.NotEqual(t, 0, code)
 	require.Contains(t, stderr, "RabbitMQ's")
+}
+
+func TestMigrateCommandToNATS(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, stream, prefix, js := natsSchedules(t)
+	dest := prefix + "-dest"
+	foreign := prefix + "-foreign"
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream + "_other", Subjects: []string{foreign}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), stream+"_other") })
+
+	path := filepath.Join(t.TempDir(), "t.db")
+	store, err := sqlite.Open(ctx, sqlite.Config{Path: path, Endpoint: "orders"})
+	require.NoError(t, err)
+	now := time.Now()
+	for i := range 30 {
+		_, err := store.Store(ctx, persistence.Timeout{
+			ID: fmt.Sprintf("t-%02d", i), Destination: dest, Due: now.Add(time.Duration(i+1) * time.Hour), Payload: []byte("x"),
+		})
+		require.NoError(t, err)
+	}
+	_, err = store.Store(ctx, persistence.Timeout{ID: "lost-soul", Destination: foreign, Due: now.Add(time.Hour), Payload: []byte("x")})
+	require.NoError(t, err)
+	require.NoError(t, store.Close())
+
+	natsFlags := []string{"--transport", url, "--nats-stream", stream, "--nats-subject-prefix", prefix}
+	flags := append([]string{"--endpoint", "orders", "--store", "sqlite://" + path}, natsFlags...)
+	code, _, stderr := timeoutmill(ctx, append([]string{"native", "setup"}, natsFlags...)...)
+	require.Equal(t, 0, code, stderr)
+
+	code, _, stderr = timeoutmill(ctx, append([]string{"migrate", "--to", "rabbitmq-native"}, flags...)...)
+	require.NotEqual(t, 0, code)
+	require.Contains(t, stderr, "--to rabbitmq-native needs a amqp:// --transport")
+
+	code, stdout, stderr := timeoutmill(ctx, append([]string{"migrate", "--to", "nats-native", "--dry-run"}, flags...)...)
+	require.Equal(t, 1, code, stdout)
+	require.Contains(t, stdout, "timeouts:   31 (all) to 2 destination(s)")
+	require.Contains(t, stdout, "is captured by stream "+stream+"_other")
+
+	code, stdout, stderr = timeoutmill(ctx, append([]string{"migrate", "--to", "nats-native", "--skip-unmigratable", "--batch", "4"}, flags...)...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "migrated:   30 in")
+	require.Contains(t, stdout, "    lost-soul")
+
+	s, err := js.Stream(ctx, stream)
+	require.NoError(t, err)
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(prefix+".>"))
+	require.NoError(t, err)
+	require.Len(t, info.State.Subjects, 30, "one schedule per migrated timeout")
+	require.Contains(t, info.State.Subjects, prefix+".t-07")
 }
