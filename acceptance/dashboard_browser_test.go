@@ -26,7 +26,8 @@ import (
 // reschedules it to a few seconds from now, and cancels another through the buttons and their
 // confirmation dialog. The store then holds the rescheduled one at its new due time and not the
 // cancelled one; the rescheduled one is delivered, not before its new due time, and the
-// cancelled one never is, past its old due time.
+// cancelled one never is, past its old due time. The clock row shows the service in step with
+// PostgreSQL's clock, without the skew alarm.
 func TestDashboardInABrowser(t *testing.T) {
 	t.Parallel()
 	chromium := testenv.Chromium(t)
@@ -124,4 +125,14 @@ func TestDashboardInABrowser(t *testing.T) {
 	mu.Unlock()
 	require.False(t, delivered, "the cancelled timeout was delivered")
 	require.NotContains(t, svc.output(), token, "the log never shows the token")
+
+	// The service measures its clock against PostgreSQL's, on this same host: in step, no alarm.
+	require.NoError(t, chromedp.Do(tab, chromedp.Navigate(base)))
+	clock, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS(`#clock-offset`)))
+	require.NoError(t, err)
+	require.Contains(t, clock, "in step")
+	require.Contains(t, clock, "the store's (± ")
+	alarm, err := chromedp.Run(tab, chromedp.Evaluate[bool](`document.getElementById("clock-alarm") !== null`))
+	require.NoError(t, err)
+	require.False(t, alarm, "no skew alarm on a clock in step with the store's")
 }
