@@ -60,21 +60,25 @@ func TestStreamWithoutSchedulesIsAnErrorNamingItNeverAnImmediateDelivery(t *test
 	next(t, arrivals, 10*time.Second)
 }
 
-func TestSchedulesTurnedOffAfterTheFirstPublishAreAnError(t *testing.T) {
+// The server refuses to turn schedules off on a stream, but the stream can be deleted and made
+// again without them after the Publisher checked it: the server's refusal is ErrStream too.
+func TestStreamRemadeWithoutSchedulesAfterTheFirstPublishIsAnError(t *testing.T) {
 	s := newServer(t)
 	ctx := context.Background()
 	pub := s.publisher(t, true)
 	dest := "orders." + unique(t)
 	require.NoError(t, pub.Publish(dest, delayed(watermill.NewUUID(), time.Hour)))
-	stream, err := s.js.Stream(ctx, s.stream)
+	require.NoError(t, s.js.DeleteStream(ctx, s.stream))
+	_, err := s.js.CreateStream(ctx, jetstream.StreamConfig{Name: s.stream, Subjects: []string{s.prefix + ".>", dest}})
 	require.NoError(t, err)
-	cfg := stream.CachedInfo().Config
-	cfg.AllowMsgSchedules = false
-	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
-		t.Skipf("this server cannot turn message schedules off on a stream (%v): nothing to check", err)
-	}
-	err = pub.Publish(dest, delayed(watermill.NewUUID(), time.Hour))
+	arrivals := s.consume(t, dest)
+
+	err = pub.Publish(dest, delayed(watermill.NewUUID(), time.Second))
 	require.ErrorIs(t, err, nats.ErrStream)
+	assert.Contains(t, err.Error(), "does not allow message schedules")
+	nothing(t, arrivals, 2*time.Second)
+	err = pub.Publish(dest, delayed(watermill.NewUUID(), time.Second))
+	require.ErrorIs(t, err, nats.ErrStream, "checked again, not cached")
 }
 
 func TestDueTimeTheServerRefusesIsAnError(t *testing.T) {
