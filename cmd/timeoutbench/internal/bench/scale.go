@@ -129,14 +129,19 @@ func runScale(ctx context.Context, env Env, plan Plan) ([]Result, error) {
 		services = append(services, svc)
 	}
 	rates := make([][]float64, len(sides))
+	// A store rate that cannot be measured (the service stopped on a critical error, say) leaves
+	// the rows with what was measured before it, and says why.
+	var rateErr error
+rounds:
 	for round := range scaleRounds {
 		// The side that goes first changes from round to round, so that neither is always the
 		// one measured on a broker and database warmed by the other.
 		for turn := range sides {
 			i := (turn + round) % len(sides)
-			rate, err := sides[i].storeRate(ctx, plan.ScaleStores/scaleRounds)
+			rate, err := sides[i].storeRate(ctx, plan.ScaleStores/scaleRounds, services[i])
 			if err != nil {
-				return nil, err
+				rateErr = err
+				break rounds
 			}
 			rates[i] = append(rates[i], rate)
 		}
@@ -144,19 +149,25 @@ func runScale(ctx context.Context, env Env, plan Plan) ([]Result, error) {
 	var results []Result
 	for i, s := range sides {
 		hwm, rss, err := services[i].memory()
-		if err != nil {
+		if err != nil && rateErr == nil {
 			return nil, err
 		}
 		pending := 0
 		if s == full {
 			pending = plan.ScalePending
 		}
+		if rateErr != nil {
+			rates[i] = nil
+		}
 		r := scaleResult(plan, pending, claims[i], polls[i], rates[i], steering[i], hwm, rss)
 		statsNote(&r, stats[i])
+		if rateErr != nil {
+			r.Notes = append(r.Notes, "store rate and memory not measured: "+rateErr.Error())
+		}
 		results = append(results, r)
 	}
 	for _, svc := range services {
-		if err := svc.stop(); err != nil {
+		if err := svc.stop(); err != nil && rateErr == nil {
 			return nil, err
 		}
 	}
@@ -176,23 +187,27 @@ func scaleResult(plan Plan, pending int, claims, polls []time.Duration, rates []
 	slices.Sort(rates)
 	r := Result{
 		System: fmt.Sprintf("PostgreSQL store, %s pending", count(pending)), Kind: KindScale,
-		Messages: plan.ScaleStores, PublishRate: rates[len(rates)/2],
+		Messages: plan.ScaleStores,
 		Figures: map[string]float64{
 			"pending":      float64(pending),
-			"store":        rates[len(rates)/2],
 			"claim_p50_ms": float64(claims[len(claims)/2]) / float64(time.Millisecond),
 			"claim_max_ms": float64(claims[len(claims)-1]) / float64(time.Millisecond),
 			"poll_p50_ms":  float64(polls[len(polls)/2]) / float64(time.Millisecond),
-			"rss_mib":      float64(hwm) / 1024,
 		},
 	}
+	if len(rates) > 0 {
+		r.PublishRate = rates[len(rates)/2]
+		r.Figures["store"] = rates[len(rates)/2]
+		r.Figures["rss_mib"] = float64(hwm) / 1024
+		r.Notes = append(r.Notes,
+			fmt.Sprintf("publish/s = the service's store rate, median of %d rounds of %d delayed messages via RabbitMQ (%s–%s/s)",
+				len(rates), plan.ScaleStores/scaleRounds, rate(rates[0]), rate(rates[len(rates)-1])),
+			fmt.Sprintf("service peak RSS %.1f MiB (%.1f MiB at the end)", float64(hwm)/1024, float64(rss)/1024))
+	}
 	r.Notes = append(r.Notes,
-		fmt.Sprintf("publish/s = the service's store rate, median of %d rounds of %d delayed messages via RabbitMQ (%s–%s/s)",
-			len(rates), plan.ScaleStores/scaleRounds, rate(rates[0]), rate(rates[len(rates)-1])),
 		fmt.Sprintf("one claim of %d due ids: p50 %s ms, max %s ms (%d claims after %d to warm up)",
 			scaleClaimBatch, millis(claims[len(claims)/2]), millis(claims[len(claims)-1]), len(claims), scaleWarmUp),
-		fmt.Sprintf("poll with nothing due (claim + next): p50 %s ms", millis(polls[len(polls)/2])),
-		fmt.Sprintf("service peak RSS %.1f MiB (%.1f MiB at the end)", float64(hwm)/1024, float64(rss)/1024))
+		fmt.Sprintf("poll with nothing due (claim + next): p50 %s ms", millis(polls[len(polls)/2])))
 	steer := fmt.Sprintf("steering p50 of %d calls each, in ms:", steeringCalls)
 	for _, op := range steeringOps {
 		r.Figures[op.name+"_p50_ms"] = float64(steering[op.name]) / float64(time.Millisecond)
@@ -436,8 +451,8 @@ func timeClaims(ctx context.Context, sides []*scale) (claims, polls [][]time.Dur
 	return claims, polls, nil
 }
 
-// storeRate publishes n delayed messages to the service and returns how many a second it stored.
-func (s *scale) storeRate(ctx context.Context, n int) (float64, error) {
+// storeRate publishes n delayed messages to svc and returns how many a second it stored.
+func (s *scale) storeRate(ctx context.Context, n int, svc *service) (float64, error) {
 	due := time.Now().Add(90 * 24 * time.Hour)
 	var before int
 	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM `+s.table+` WHERE available_at >= $1`, due.Add(-time.Hour)).Scan(&before); err != nil {
@@ -463,7 +478,12 @@ func (s *scale) storeRate(ctx context.Context, n int) (float64, error) {
 		if stored >= before+n {
 			return float64(n) / time.Since(start).Seconds(), nil
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case err := <-svc.done:
+			svc.done <- err // for stop
+			return 0, fmt.Errorf("the service exited (%v) after storing %d of %d: %s", err, stored-before, n, lastLine(svc.log))
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	return 0, fmt.Errorf("the service stored fewer than %d in 5 minutes", n)
 }

@@ -118,3 +118,20 @@ func TestCountDrainCountsByMessageID(t *testing.T) {
 	require.Equal(t, 2, got.early, "both arrived an hour before their due time")
 	require.Len(t, got.lateness, 2)
 }
+
+// TestScaleTargetsWithoutAStoreRate: rows whose store rate could not be measured (the service
+// stopped) leave the store-rate and memory targets unmeasured, not met by zeros.
+func TestScaleTargetsWithoutAStoreRate(t *testing.T) {
+	t.Parallel()
+	rows := []Result{
+		{System: "PostgreSQL store, 0 pending", Kind: KindScale, Figures: map[string]float64{"pending": 0, "claim_p50_ms": 1}},
+		{System: "PostgreSQL store, 10,000,000 pending", Kind: KindScale, Figures: map[string]float64{"pending": 10000000, "claim_p50_ms": 1}},
+	}
+	got := map[string]Target{}
+	for _, tg := range Targets(rows) {
+		got[tg.Goal] = tg
+	}
+	require.Equal(t, "—", got["PostgreSQL at 10,000,000 pending: store rate within 10 % of the empty store's"].Met)
+	require.Equal(t, "—", got["service memory does not grow with the number pending"].Met)
+	require.Equal(t, "yes", got["PostgreSQL at 10,000,000 pending: one claim ≤ 2× the empty store's"].Met)
+}

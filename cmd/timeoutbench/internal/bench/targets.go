@@ -172,9 +172,12 @@ func scaleTargets(results []Result) []Target {
 	statsT := Target{Goal: fmt.Sprintf("PostgreSQL at %s: Stats p50 ≤ %d ms", size, statsTargetMillis), Met: "—", Measured: notMeasured}
 	memT := Target{Goal: "service memory does not grow with the number pending", Met: "—", Measured: notMeasured}
 	if haveSmall && haveLarge {
-		s0, s1 := small.Figures["store"], large.Figures["store"]
-		storeT.Measured = fmt.Sprintf("%s/s empty, %s/s at %s pending (%+.0f %%)", rate(s0), rate(s1), count(int(large.Figures["pending"])), 100*(s1-s0)/s0)
-		storeT.Met = verdict(s1 >= 0.9*s0)
+		s0, ok0 := small.Figures["store"]
+		s1, ok1 := large.Figures["store"]
+		if ok0 && ok1 && s0 > 0 {
+			storeT.Measured = fmt.Sprintf("%s/s empty, %s/s at %s pending (%+.0f %%)", rate(s0), rate(s1), count(int(large.Figures["pending"])), 100*(s1-s0)/s0)
+			storeT.Met = verdict(s1 >= 0.9*s0)
+		}
 		p50, p50Empty, worst := large.Figures["claim_p50_ms"], small.Figures["claim_p50_ms"], large.Figures["claim_max_ms"]
 		claimT.Measured = fmt.Sprintf("claim of %d due ids: p50 %.1f ms, max %.1f ms (empty store: p50 %.1f ms); poll with nothing due: p50 %.2f ms (empty store: %.2f ms)",
 			scaleClaimBatch, p50, worst, p50Empty, large.Figures["poll_p50_ms"], small.Figures["poll_p50_ms"])
@@ -192,9 +195,12 @@ func scaleTargets(results []Result) []Target {
 			statsT.Measured = fmt.Sprintf("p50 %.1f ms (empty store: %.1f ms)", v, small.Figures["stats_p50_ms"])
 			statsT.Met = verdict(v <= statsTargetMillis)
 		}
-		m0, m1 := small.Figures["rss_mib"], large.Figures["rss_mib"]
-		memT.Measured = fmt.Sprintf("peak RSS %.1f MiB empty, %.1f MiB at %s pending", m0, m1, count(int(large.Figures["pending"])))
-		memT.Met = verdict(m1 <= 1.1*m0)
+		m0, ok0 := small.Figures["rss_mib"]
+		m1, ok1 := large.Figures["rss_mib"]
+		if ok0 && ok1 {
+			memT.Measured = fmt.Sprintf("peak RSS %.1f MiB empty, %.1f MiB at %s pending", m0, m1, count(int(large.Figures["pending"])))
+			memT.Met = verdict(m1 <= 1.1*m0)
+		}
 	}
 	return []Target{storeT, claimT, steerT, statsT, memT}
 }
