@@ -23,6 +23,15 @@
 // database is never corrupted. With FULL every commit is synced to disk before it returns and
 // nothing acknowledged is lost, at the cost of one fsync per Store, Claim and Remove.
 //
+// Open's store copies the WAL into the database file (a checkpoint) from a goroutine and a
+// connection of its own, every 100 ms, with SQLite's automatic checkpoint off on the writer: no
+// Store or ClaimDue waits for the copy and its fsyncs, which SQLite would otherwise run inside the
+// commit that takes the WAL past 1000 pages. These checkpoints are PASSIVE: they take no lock the
+// writer or the readers wait for. Under a steady stream of commits such a checkpoint never
+// catches up with the last one, so once the WAL holds 4096 pages the writer copies the few pages
+// committed since, between two of its transactions, and the WAL starts over; a WAL that starts
+// over is truncated to 64 MiB. New leaves checkpoints to the caller's pool, as SQLite makes them.
+//
 // ScheduleTx schedules a timeout inside a transaction of the caller's on the same file, so that
 // it exists if and only if that transaction commits. Begin it on a *sql.DB of your own, the one
 // you give New or one opened on Open's file, whose DSN has _txlock=immediate and a busy_timeout:
@@ -44,6 +53,9 @@
 // a caller's pool) is held in the store only, and a platform without flock cannot hold a name.
 // SetupInfrastructure (and Open) add both columns to a table an older version made; until then
 // CheckInfrastructure, and Open with MustExist, report it not set up.
+//
+// The store has no clock of its own (it does not implement persistence.Clocked): the processes that
+// share a database file run on one machine and read one clock, which decides when a timeout is due.
 //
 // # Stability
 //

@@ -25,6 +25,8 @@ type Store struct {
 	// the same time together. Open gives its pool one connection, so that no two goroutines of
 	// this process ever wait for each other in SQLite's busy handler.
 	writer *writer
+	// checkpointer copies the WAL into the database file (Open's stores only).
+	checkpointer *checkpointer
 	// reader runs the statements that only read; in WAL mode they never wait for the writer.
 	reader *sql.DB
 	// pools are closed by Close: Open's two, none for New (the caller's *sql.DB stays open).
@@ -58,6 +60,9 @@ func newStore(w *writer, reader *sql.DB, pools []*sql.DB, table string) *Store {
 			return w.do(ctx, run)
 		},
 		Close: func() error {
+			if s.checkpointer != nil {
+				s.checkpointer.close()
+			}
 			w.close()
 			err := s.prep.close()
 			for _, db := range pools {
@@ -128,7 +133,19 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 	reader.SetMaxOpenConns(readers)
 	reader.SetMaxIdleConns(readers)
 
-	s := newStore(newWriter(writer), reader, []*sql.DB{reader, writer}, config.Table)
+	checkpoints, err := sql.Open("sqlite", dsn(config, false))
+	if err != nil {
+		_ = writer.Close()
+		_ = reader.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", config.Path, err)
+	}
+	checkpoints.SetMaxOpenConns(1)
+	checkpoints.SetMaxIdleConns(1)
+	checkpoints.SetConnMaxLifetime(0)
+	checkpoints.SetConnMaxIdleTime(0)
+
+	w := newWriter(writer)
+	s := newStore(w, reader, []*sql.DB{reader, writer, checkpoints}, config.Table)
 	if err := s.setUp(ctx, config.MustExist); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", config.Path, err)
@@ -137,6 +154,7 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 		_ = s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", config.Path, err)
 	}
+	s.checkpointer = newCheckpointer(checkpoints, w)
 	return s, nil
 }
 
@@ -173,6 +191,10 @@ func dsn(config Config, readOnly bool) string {
 	if readOnly {
 		params.Add("_pragma", "query_only(1)")
 	} else {
+		// The checkpointer copies the WAL into the file, not the commit that crosses SQLite's
+		// threshold; a WAL that starts over is truncated to walLimitBytes.
+		params.Add("_pragma", "wal_autocheckpoint(0)")
+		params.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", walLimitBytes))
 		// A group's transaction takes the write lock at BEGIN, so that it never has to upgrade a
 		// read snapshot another process's commit made stale (SQLITE_BUSY_SNAPSHOT).
 		params.Add("_txlock", "immediate")

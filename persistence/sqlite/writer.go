@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 )
@@ -37,6 +38,9 @@ type writer struct {
 	closing chan struct{}
 	stopped chan struct{}
 	group   []*change
+	// wantCheckpoint asks the writer to checkpoint between two groups: the checkpointer sets it
+	// when the WAL has grown past walResetPages.
+	wantCheckpoint atomic.Bool
 }
 
 func newWriter(db *sql.DB) *writer {
@@ -100,6 +104,12 @@ func (w *writer) loop() {
 		}
 		w.commit(w.group)
 		clear(w.group)
+		if w.wantCheckpoint.Swap(false) {
+			// Most pages were copied by the checkpointer: this copies those committed since,
+			// and the next transaction starts the WAL over. A failure loses nothing (see
+			// checkpointer.loop).
+			_, _ = checkpoint(context.Background(), w.db)
+		}
 	}
 }
 
