@@ -2,7 +2,9 @@ package acceptance
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,6 +117,38 @@ func (c *natsCluster) killUntilCleanup(t *testing.T, n int) (restart func() time
 	}
 	t.Cleanup(func() { restart() })
 	return restart
+}
+
+// serverOf is the server a client connection named name is connected to, asked of each
+// server's monitoring port (the connection may be moving: asked for up to 30 s).
+func (c *natsCluster) serverOf(t *testing.T, name string) int {
+	t.Helper()
+	client := http.Client{Timeout: 5 * time.Second}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		for n := 1; n <= 3; n++ {
+			resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/connz?limit=4096", c.port+6+n-1))
+			if err != nil {
+				continue
+			}
+			var connz struct {
+				Connections []struct {
+					Name string `json:"name"`
+				} `json:"connections"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&connz)
+			_ = resp.Body.Close()
+			if err != nil {
+				continue
+			}
+			for _, conn := range connz.Connections {
+				if conn.Name == name {
+					return n
+				}
+			}
+		}
+	}
+	t.Fatalf("no server has a connection named %q", name)
+	return 0
 }
 
 // processAlive: pid runs and is no zombie (a killed server reparented to init may stay one).
@@ -242,7 +276,8 @@ func (tl *tally) arrived(id string, redelivered bool) {
 // flight, and kills with SIGKILL the server that leads the busiest of the endpoint's streams,
 // starting it again 10 s later. Nothing is lost, nothing arrives before it is due, nothing goes to
 // the error queue and no critical error is raised; duplicates and the longest pause in deliveries
-// are counted and logged.
+// are counted and logged. Then the server the service consumes through is killed: the service
+// connects again to another server of its URL list and delivers what is sent afterwards.
 func TestNATSClusterLeaderKilledUnderLoad(t *testing.T) {
 	t.Parallel()
 	skipFaultShort(t)
@@ -371,6 +406,35 @@ func TestNATSClusterLeaderKilledUnderLoad(t *testing.T) {
 	require.True(t, stored == 0 && queued == 0, "the store (%d) and the dispatcher stream (%d) drained", stored, queued)
 	require.True(t, caughtUp, "the restarted server caught up with stream %s", busiest)
 	require.True(t, svc.running(), "the service survived:\n%s", svc.tail(20))
+
+	// Then the server the service consumes through is killed (the leader was not necessarily
+	// it): its connection moves to another server of the URL list, and what is sent afterwards
+	// is delivered, never early.
+	reconnected := svc.count("Connected again")
+	consumer := c.serverOf(t, "timeoutmill subscriber")
+	c.killUntilCleanup(t, consumer)
+	const more = 200
+	moreDue := map[string]time.Time{}
+	var moreIDs []string
+	for i := range more {
+		m := message.NewMessage(watermill.NewUUID(), fmt.Appendf(nil, "after %d", i))
+		at := time.Now().Add(2 * time.Second)
+		timeouts.DeliverAt(m, at)
+		moreDue[m.UUID], moreIDs = at, append(moreIDs, m.UUID)
+		for producer.Publish(dest, m) != nil {
+			require.NoError(t, ctx.Err())
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	require.True(t, got.waitDistinct(count+more, 2*time.Minute), "all delivered after the consumer's server was killed (%d of %d)", got.distinct(), count+more)
+	fm := got.figures(append(ids, moreIDs...))
+	requireNoneLost(t, fm)
+	for _, id := range moreIDs {
+		require.False(t, got.firstArrival(id).Before(moreDue[id]), "%s arrived early", id)
+	}
+	faultLog(t, "then killed server %d, the service's subscriber's, and sent %d more: all %s; service reconnections %d",
+		consumer, more, fm, svc.count("Connected again")-reconnected)
+	require.Greater(t, svc.count("Connected again"), reconnected, "the service connected again to another server:\n%s", svc.tail(20))
 	svc.signal(t, sigterm)
 	code, _ := svc.wait(t, time.Minute)
 	require.Equal(t, 0, code)
