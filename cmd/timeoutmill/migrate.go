@@ -94,7 +94,7 @@ func (c *migrateCmd) Run(e *env) error {
 // target opens the native delay --to names, on --transport; call closeTarget when done.
 func (c *migrateCmd) target(logger watermill.LoggerAdapter) (target nativemigrate.Target, closeTarget func(), err error) {
 	if (c.To == "nats-native") != c.isNATS() {
-		return nil, nil, fmt.Errorf("%w: --to %s needs a %s --transport", connect.ErrInvalid, c.To, map[bool]string{true: "nats://", false: "amqp://"}[c.To == "nats-native"])
+		return nil, nil, fmt.Errorf("%w: --to %s needs %s --transport", connect.ErrInvalid, c.To, map[bool]string{true: "a nats://", false: "an amqp://"}[c.To == "nats-native"])
 	}
 	if c.To == "nats-native" {
 		pub, err := c.natsPublisher(logger)

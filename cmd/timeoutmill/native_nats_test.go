@@ -116,12 +116,13 @@ func TestMigrateCommandToNATS(t *testing.T) {
 
 	code, _, stderr = timeoutmill(ctx, append([]string{"migrate", "--to", "rabbitmq-native"}, flags...)...)
 	require.NotEqual(t, 0, code)
-	require.Contains(t, stderr, "--to rabbitmq-native needs a amqp:// --transport")
+	require.Contains(t, stderr, "--to rabbitmq-native needs an amqp:// --transport")
 
 	code, stdout, stderr := timeoutmill(ctx, append([]string{"migrate", "--to", "nats-native", "--dry-run"}, flags...)...)
 	require.Equal(t, 1, code, stdout)
 	require.Contains(t, stdout, "timeouts:   31 (all) to 2 destination(s)")
 	require.Contains(t, stdout, "is captured by stream "+stream+"_other")
+	require.Contains(t, stderr, "preflight: 1 problem(s)")
 
 	code, stdout, stderr = timeoutmill(ctx, append([]string{"migrate", "--to", "nats-native", "--skip-unmigratable", "--batch", "4"}, flags...)...)
 	require.Equal(t, 0, code, stderr)
