@@ -127,8 +127,10 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 	// Each satellite sends to the error queue as a call of its own breaker (satellites.GuardedPublisher).
 	storeErrors := errorqueue.New(satellites.GuardedPublisher{Publisher: config.Publisher, Breaker: storeBreaker}, config.ErrorQueue)
 	dispatchErrors := errorqueue.New(satellites.GuardedPublisher{Publisher: config.Publisher, Breaker: dispatchBreaker}, config.ErrorQueue)
+	m.stop.now = m.clock.Now
 	m.poller = &poller{
 		store:      config.Store,
+		clock:      m.clock,
 		announcer:  announce.NewPublisher(config.Publisher, config.Endpoint, 0, config.AnnouncementIDs),
 		interval:   config.PollInterval,
 		batch:      config.ClaimBatchSize,
@@ -151,6 +153,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		Store:      config.Store,
 		ErrorQueue: storeErrors,
 		Breaker:    storeBreaker,
+		Now:        m.clock.Now,
 		OnStored: func(due time.Time) {
 			m.metrics.onStored()
 			m.poller.wake(due)
@@ -171,12 +174,16 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		Forwarder:       config.Forwarder,
 		Stopping:        m.stop.stopping,
 		Interrupted:     m.stop.interrupted,
+		Now:             m.clock.Earliest,
 	}, m.logger); err != nil {
 		return nil, err
 	}
 	if m.publisher, err = NewPublisher(config.Publisher, config.Endpoint); err != nil {
 		return nil, err
 	}
+	// Relative delays count from the store's time, and only what is due on its clock goes
+	// straight to its topic.
+	m.publisher.now, m.publisher.reached = m.clock.Now, m.clock.Earliest
 	return m, nil
 }
 
@@ -277,7 +284,8 @@ func (m *Manager) Err() error {
 // created the store's tables (retrying while the store is unreachable), or at once on start with
 // SkipInfrastructureSetup or a store that needs no set-up; with Config.Instance, once it also
 // holds the name and gave back the claims of an earlier run (never, when another running manager
-// holds the name: the start is refused, see Err). Calls on the store in the first moments
+// holds the name: the start is refused, see Err); with a store that has a clock of its own
+// (persistence.Clocked), once it has also measured its offset to it. Calls on the store in the first moments
 // after router.Running() (Cancel, CancelByOwner, the store's own Stats) may otherwise find no
 // tables yet.
 func (m *Manager) Ready() <-chan struct{} { return m.ready }
@@ -308,7 +316,7 @@ func (m *Manager) startPoller(ctx context.Context, startsPoller bool) {
 	router := m.router
 	go func() {
 		defer close(m.done)
-		setUp := m.cfg.SkipInfrastructureSetup || m.setupInfrastructure(ctx)
+		setUp := (m.cfg.SkipInfrastructureSetup || m.setupInfrastructure(ctx)) && m.measureClock(ctx)
 		m.setUp.Store(setUp)
 		if setUp && m.holdInstance(ctx) {
 			close(m.ready)
@@ -353,6 +361,20 @@ func (m *Manager) setupInfrastructure(ctx context.Context) bool {
 		}
 		m.logger.Error("Setting up the store failed; retrying", err, nil)
 		m.poller.fetch.Failure(ctx, err)
+	}
+	return false
+}
+
+// measureClock measures the offset to the store's clock (persistence.Clocked) before the
+// satellites handle anything, retrying under the fetch breaker while the store is unreachable,
+// so that their first due times are judged on the store's clock. It reports whether it did;
+// false means ctx ended first.
+func (m *Manager) measureClock(ctx context.Context) bool {
+	for ctx.Err() == nil {
+		if m.poller.measure(ctx) {
+			m.poller.fetch.Success()
+			return true
+		}
 	}
 	return false
 }

@@ -3,7 +3,6 @@ package timeouts
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 
@@ -23,7 +22,7 @@ func (m *Manager) Unpark(ctx context.Context, ids ...string) (int, error) {
 	n, err := m.onParkedIDs(ctx, ids, "unparking", func(ctx context.Context, p persistence.Parker) (int, error) { return p.Unpark(ctx, ids) })
 	if n > 0 {
 		m.logger.Info("Parked timeouts replayed", watermill.LogFields{"count": n})
-		m.poller.wake(time.Now())
+		m.poller.wake(m.clock.Now())
 	}
 	return n, err
 }

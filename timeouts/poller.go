@@ -10,6 +10,7 @@ import (
 
 	"github.com/timeoutmill/timeoutmill/internal/announce"
 	"github.com/timeoutmill/timeoutmill/internal/breaker"
+	"github.com/timeoutmill/timeoutmill/internal/storeclock"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
@@ -23,8 +24,13 @@ import (
 // are due (dispatcherqueue.HeaderDispatchAt): the dispatch satellite holds the announcement until then and
 // reads the store at the due time, so the announcement's trip is off the path from due to
 // delivery, and nothing is delivered early.
+//
+// Every time the poller reads is on the store's clock (clock): it measures its offset once per
+// poll, before the claim when the last measurement is older than freshClock, after it otherwise,
+// so that the measurement is off the path from due to delivery while the poller is busy.
 type poller struct {
 	store      persistence.Store
+	clock      *storeclock.Clock
 	announcer  *announce.Publisher
 	interval   time.Duration
 	batch      int
@@ -75,6 +81,11 @@ const claimAhead = 20 * time.Millisecond
 // an in-process GoChannel the trip is negligible and a Publish waits until the announcement is
 // handled, so a held one would hold up the next: there the lead is 0.
 const announceLead = 30 * time.Millisecond
+
+// freshClock is how old a measurement of the store's clock may be for a claim to use it: one
+// older is measured again before the claim. The store's time is carried forward on the monotonic
+// clock, so an older one is not wrong, only wider by the drift it allows for.
+const freshClock = time.Second
 
 // ahead is how long before a due time the poller claims: claimAhead before the announcement, at
 // most an eighth of the lease, which covers it.
@@ -129,7 +140,18 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 		<-p.slots
 		return time.Time{}, false
 	}
-	now := time.Now()
+	measured := false
+	if p.clock.Clocked() {
+		if age := p.clock.Age(); age < 0 || age > freshClock {
+			if !p.measure(ctx) {
+				<-p.slots
+				return time.Time{}, false
+			}
+			measured = true
+		}
+	}
+	// A time the store's clock has certainly reached: what is due at it is due on that clock.
+	now := p.clock.Earliest()
 	var dueBy time.Time // claiming ahead: the ids are due by now, said in their announcement
 	if at.After(now) {
 		now, dueBy = at, at
@@ -164,10 +186,16 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 			p.announceClaimed(ctx, ids, now, dueBy)
 		}()
 		if len(ids) == p.batch {
+			if !measured && p.clock.Clocked() {
+				p.measure(ctx)
+			}
 			return time.Time{}, false
 		}
 	}
-	limit := time.Now().Add(p.interval)
+	if !measured && p.clock.Clocked() && !p.measure(ctx) {
+		return time.Time{}, false
+	}
+	limit := p.clock.Now().Add(p.interval)
 	nextCtx, end := p.fetch.Call(ctx)
 	due, any, err := p.store.Next(nextCtx)
 	end(err)
@@ -182,6 +210,22 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 		return due, true
 	}
 	return limit, true
+}
+
+// measure measures the offset to the store's clock, as a call of the fetch breaker, and reports
+// whether it did.
+func (p *poller) measure(ctx context.Context) bool {
+	callCtx, end := p.fetch.Call(ctx)
+	_, err := p.clock.Measure(callCtx)
+	end(err)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.logger.Error("Reading the store's clock failed", err, nil)
+			p.fetch.Failure(ctx, err)
+		}
+		return false
+	}
+	return true
 }
 
 // releaseOrphans gives back the claims of the poller's instance after a claim that failed, and
@@ -219,7 +263,7 @@ func (p *poller) claim(ctx context.Context, now time.Time) ([]string, error) {
 // claim what is due at at, ahead of it; zero when it was woken (claim what is due now).
 func (p *poller) sleepUntil(ctx context.Context, at time.Time) time.Time {
 	p.setPlanned(at)
-	d := time.Until(at.Add(-p.ahead()))
+	d := at.Add(-p.ahead()).Sub(p.clock.Now())
 	if d <= 0 {
 		return at
 	}
@@ -240,7 +284,7 @@ func (p *poller) sleepUntil(ctx context.Context, at time.Time) time.Time {
 // claimed ahead too rather than one batch per slot in turn. It returns false, without the slot,
 // when ctx ends first: the stop came before that.
 func (p *poller) awaitAnnouncing(ctx context.Context, at time.Time) bool {
-	d := time.Until(at)
+	d := at.Sub(p.clock.Now())
 	if d <= 0 {
 		return true
 	}
@@ -288,7 +332,7 @@ func (p *poller) announceClaimed(ctx context.Context, ids []string, claimedAt, d
 			p.stop.release(ids, "announcement cut short by the stop")
 			return
 		}
-		retry := time.Now().Add(p.retryDelay).Before(giveUp)
+		retry := p.clock.Now().Add(p.retryDelay).Before(giveUp)
 		p.logger.Error("Announcing due timeouts failed", err, watermill.LogFields{
 			"count": len(ids), "retry": retry, "lease": p.lease})
 		p.dispatch.Failure(ctx, err)

@@ -19,7 +19,8 @@ import (
 type Publisher struct {
 	next     message.Publisher
 	timeouts string
-	now      func() time.Time
+	now      func() time.Time // the time relative delays count from
+	reached  func() time.Time // a message due at or before it goes straight to its topic
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -34,7 +35,7 @@ func NewPublisher(next message.Publisher, endpoint string) (*Publisher, error) {
 	if err := wireparse.ValidateName("endpoint", endpoint); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Publisher{next: next, timeouts: wire.TimeoutsQueue(endpoint), now: time.Now}, nil
+	return &Publisher{next: next, timeouts: wire.TimeoutsQueue(endpoint), now: time.Now, reached: time.Now}, nil
 }
 
 // ErrUnconfirmed is returned by Publisher.Publish when delayed messages went to an in-process
@@ -54,14 +55,14 @@ func PublisherDecorator(endpoint string) message.PublisherDecorator {
 // Publish publishes messages to topic, routing the delayed ones through the Timeouts queue. A
 // message whose delay header cannot be read is an error; nothing is published then.
 func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
-	now := p.now()
+	now, reached := p.now(), p.reached()
 	var direct, delayed []*message.Message
 	for _, msg := range messages {
 		due, isDelayed, err := wireparse.Due(msg.Metadata, now)
 		if err != nil {
 			return fmt.Errorf("message %s for %s: %w", msg.UUID, topic, err)
 		}
-		if !isDelayed || !due.After(now) {
+		if !isDelayed || !due.After(reached) {
 			direct = append(direct, withoutRouting(msg))
 			continue
 		}

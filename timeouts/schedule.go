@@ -108,7 +108,7 @@ func (m *Manager) schedule(ctx context.Context, topic string, msg *message.Messa
 	if msg == nil {
 		return persistence.Scheduled{}, fmt.Errorf("%w: the message is nil", persistence.ErrInvalidTimeout)
 	}
-	now := time.Now()
+	now := m.clock.Now()
 	t, policy, err := timeoutOf(topic, msg, now)
 	if err != nil {
 		return persistence.Scheduled{}, fmt.Errorf("scheduling message %s for %q: %w", msg.UUID, topic, err)
@@ -204,7 +204,7 @@ func (m *Manager) waitReady(ctx context.Context) error {
 // timeout scheduled in a transaction is invisible to a look made before the commit.
 func (m *Manager) wakeAt(due time.Time) {
 	m.poller.wake(due)
-	if wait := time.Until(due); wait < m.cfg.PollInterval {
+	if wait := due.Sub(m.clock.Now()); wait < m.cfg.PollInterval {
 		time.AfterFunc(max(wait, 0)+time.Millisecond, func() { m.poller.wake(due) })
 	}
 }
@@ -226,7 +226,7 @@ func (m *Manager) Reschedule(ctx context.Context, id string, at time.Time) (bool
 		return false, fmt.Errorf("rescheduling timeout %q: %w: the store (%T) does not implement persistence.Scheduler",
 			id, persistence.ErrUnsupported, m.cfg.Store)
 	}
-	now := time.Now()
+	now := m.clock.Now()
 	if at.Before(now) {
 		at = now
 	}
@@ -294,7 +294,7 @@ func (m *Manager) Stats(ctx context.Context) (persistence.Stats, error) {
 	if err != nil {
 		return persistence.Stats{}, err
 	}
-	st, err := ins.Stats(ctx, time.Now())
+	st, err := ins.Stats(ctx, m.clock.Now())
 	if err != nil {
 		return persistence.Stats{}, fmt.Errorf("counting timeouts: %w", err)
 	}

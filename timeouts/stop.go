@@ -34,7 +34,8 @@ type lifecycle struct {
 
 	begun   chan struct{}
 	once    sync.Once
-	onBegin func() // stops the breakers; set before the manager starts
+	onBegin func()           // stops the breakers; set before the manager starts
+	now     func() time.Time // the store's time, which claims' leases are on
 
 	mu     sync.Mutex
 	ctx    context.Context      // the poller's context, once it runs
@@ -44,7 +45,7 @@ type lifecycle struct {
 }
 
 func newLifecycle(store persistence.Store, publisher message.Publisher, logger watermill.LoggerAdapter) *lifecycle {
-	l := &lifecycle{store: store, logger: logger, begun: make(chan struct{})}
+	l := &lifecycle{store: store, logger: logger, begun: make(chan struct{}), now: time.Now}
 	if g, ok := publisher.(*gochannel.GoChannel); ok {
 		l.goChannel = g
 		l.claims = map[string]time.Time{}
@@ -138,7 +139,7 @@ func (l *lifecycle) claimed(ids []string, until time.Time) {
 	if l.claims == nil {
 		return
 	}
-	now := time.Now()
+	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, id := range ids {
@@ -172,7 +173,7 @@ func (l *lifecycle) settled(ids ...string) {
 // unsettled returns the ids claimed on a GoChannel whose lease still runs and that the dispatch
 // satellite did not settle.
 func (l *lifecycle) unsettled() []string {
-	now := time.Now()
+	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var ids []string

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -412,7 +411,7 @@ func (d *Dispatch) lookUp(first []*request[due]) (found []forward, ok bool) {
 		r.finish(fmt.Errorf("looking up timeout %s: %w", r.item.id, err))
 		return nil, true
 	}
-	now := time.Now()
+	now := d.cfg.Now()
 	var notYet []*request[due]
 	defer func() { d.notYetDue(ctx, notYet) }()
 	byID := make(map[string]persistence.Timeout, len(ts))

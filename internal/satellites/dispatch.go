@@ -66,6 +66,11 @@ type DispatchConfig struct {
 	// DefaultMaxBatch; 1 makes every batch a batch of one. A Forwarder that is not a
 	// BatchForwarder forwards a batch one timeout at a time.
 	MaxBatch int
+	// Now reads the store's clock, never ahead of it: a time the store's clock has certainly
+	// reached (see internal/storeclock). It decides when a held announcement's ids may be looked
+	// up and whether a timeout is due, so that nothing is forwarded early by the store's clock.
+	// Defaults to time.Now.
+	Now func() time.Time
 }
 
 // Validate reports the first missing or impossible setting.
@@ -113,6 +118,9 @@ func NewDispatch(cfg DispatchConfig, logger watermill.LoggerAdapter) (*Dispatch,
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = DefaultMaxBatch
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	queue := wire.DispatcherQueue(cfg.Endpoint)
 	cfg.Publisher = GuardedPublisher{Publisher: cfg.Publisher, Breaker: cfg.Breaker}
 	d := &Dispatch{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue}),
@@ -156,7 +164,7 @@ func (d *Dispatch) Handle(msg *message.Message) error {
 	if err != nil {
 		return d.cfg.ErrorQueue.Send(msg, errorqueue.Failure{Reason: err.Error(), Queue: d.queue, Handler: d.Name()})
 	}
-	if err := hold(msg.Context(), dueBy); err != nil {
+	if err := hold(msg.Context(), d.cfg.Now, dueBy); err != nil {
 		return err
 	}
 	items := make([]due, len(ids))
@@ -181,23 +189,29 @@ func (d *Dispatch) Handle(msg *message.Message) error {
 	return fmt.Errorf("%d of the %d due ids of the message not dispatched yet: %w", failed, len(ids), first)
 }
 
-// hold waits until dueBy, the time a dispatcher message says its ids are due by, when that is at
-// most maxHold away (the zero time: not at all). It returns an error, and the message is nacked,
+// hold waits until now, the store's clock, has reached dueBy, the time a dispatcher message says
+// its ids are due by, when that is at most maxHold away (the zero time: not at all). It returns an error, and the message is nacked,
 // when ctx, the message's, ends first (the router is stopping): the ids are still claimed, and the
 // announcement is handed out again (a durable queue) or the ids given back at the stop
 // (GoChannel).
-func hold(ctx context.Context, dueBy time.Time) error {
-	wait := time.Until(dueBy)
-	if dueBy.IsZero() || wait <= 0 || wait > maxHold {
+func hold(ctx context.Context, now func() time.Time, dueBy time.Time) error {
+	if dueBy.IsZero() {
 		return nil
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("stopped %s before the announced ids were due: %w", wait.Round(time.Millisecond), ctx.Err())
+	// The timer runs on the monotonic clock; now is read again when it fires, in case the
+	// store's clock was measured anew meanwhile.
+	for {
+		wait := dueBy.Sub(now())
+		if wait <= 0 || wait > maxHold {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("stopped %s before the announced ids were due: %w", wait.Round(time.Millisecond), ctx.Err())
+		}
 	}
 }
 
@@ -222,7 +236,7 @@ func stopErr(what string, cause error) error {
 
 func (d *Dispatch) dispatched(t persistence.Timeout) {
 	if d.cfg.OnDispatched != nil {
-		d.cfg.OnDispatched(t, time.Now())
+		d.cfg.OnDispatched(t, d.cfg.Now())
 	}
 	d.cfg.Breaker.Success()
 }

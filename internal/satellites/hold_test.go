@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
 	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -108,4 +109,27 @@ func TestMalformedDispatchAtGoesToTheErrorQueue(t *testing.T) {
 	failed := b.published.only(t, wire.DefaultErrorQueue)
 	require.Contains(t, failed.Metadata.Get(wire.HeaderFailureReason), dispatcherqueue.HeaderDispatchAt)
 	require.Empty(t, b.published.to("payments"))
+}
+
+// The hold and the due check read the store's clock (DispatchConfig.Now), not the process's: on
+// a store whose clock is 300 ms behind this process's, an announcement due by a time this
+// process has passed is held until the store's clock passes it, and a timeout due on this
+// process's clock but not on the store's is not forwarded.
+func TestHoldAndDueCheckFollowTheStoresClock(t *testing.T) {
+	t.Parallel()
+	const behind = 300 * time.Millisecond
+	storeNow := func() time.Time { return time.Now().Add(-behind) }
+	b := setupDispatch(t, func(c *satellites.DispatchConfig) { c.Now = storeNow })
+
+	due := time.Now().Add(-100 * time.Millisecond) // passed here, 200 ms ahead on the store's clock
+	held := b.storeClaimedAt(t, "payments", due)
+	require.NoError(t, b.dispatch.Handle(announcedAhead(held.ID, due)))
+	require.False(t, storeNow().Before(due), "handled %s before due on the store's clock", due.Sub(storeNow()))
+	require.Equal(t, held.ID, b.published.only(t, "payments").UUID)
+
+	notDue := b.storeClaimedAt(t, "refunds", time.Now().Add(-100*time.Millisecond))
+	require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(notDue.ID)))
+	require.Empty(t, b.published.to("refunds"), "not due on the store's clock: not forwarded")
+	_, err := b.store.Peek(context.Background(), notDue.ID)
+	require.NoError(t, err, "kept in the store, to be claimed again when due")
 }

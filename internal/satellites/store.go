@@ -33,6 +33,8 @@ type StoreConfig struct {
 	// once (a subscriber with several consumers). Defaults to DefaultMaxBatch; 1 makes every
 	// batch a batch of one.
 	MaxBatch int
+	// Now reads the store's clock: relative delays count from it. Defaults to time.Now.
+	Now func() time.Time
 }
 
 // Validate reports the first missing setting.
@@ -74,6 +76,9 @@ func NewStore(cfg StoreConfig, logger watermill.LoggerAdapter) (*Store, error) {
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = DefaultMaxBatch
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	queue := wire.TimeoutsQueue(cfg.Endpoint)
 	s := &Store{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue}),
 		calls: guardedCalls{batchCalls(cfg.Store), cfg.Breaker}}
@@ -111,7 +116,7 @@ func (s *Store) scheduleKeyed(msg *message.Message, t persistence.Timeout) error
 	ctx, cancel := detached(msg)
 	defer cancel()
 	res, err := guarded(ctx, s.cfg.Breaker, func(ctx context.Context) (persistence.Scheduled, error) {
-		return sch.Schedule(ctx, t, time.Now(), policy)
+		return sch.Schedule(ctx, t, s.cfg.Now(), policy)
 	})
 	if errors.Is(err, persistence.ErrInvalidTimeout) {
 		return s.reject(msg, err.Error())
@@ -140,7 +145,7 @@ func (s *Store) scheduleKeyed(msg *message.Message, t persistence.Timeout) error
 
 // timeoutOf reads a delayed message into a Timeout, or says why it cannot be stored.
 func (s *Store) timeoutOf(msg *message.Message) (persistence.Timeout, error) {
-	due, delayed, err := wireparse.Due(msg.Metadata, time.Now())
+	due, delayed, err := wireparse.Due(msg.Metadata, s.cfg.Now())
 	if err != nil {
 		return persistence.Timeout{}, err
 	}

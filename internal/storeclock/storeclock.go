@@ -3,7 +3,8 @@
 // the store's time is read between two local readings, so it lies within half the round trip of
 // their midpoint. The latest measurement anchors the store's time to the process's monotonic
 // clock, so a step of the instance's wall clock between measurements changes nothing; the error
-// grows with the anchor's age by the drift a clock may have (maxDrift).
+// grows with the anchor's age by the drift a clock may have (maxDrift). The lower bound on the
+// store's time (Earliest) keeps the tightest of all measurements, carried forward the same way.
 package storeclock
 
 import (
@@ -62,6 +63,11 @@ type Clock struct {
 	latest   Measurement
 	alarmed  bool
 	reported time.Duration // the offset last warned about, while alarmed
+	// floor is the latest Earliest returned, floorMono when: carried forward on the monotonic
+	// clock (less the drift), it is a lower bound too, so Earliest keeps the tightest bound of all
+	// measurements, and a new one with a wider error never takes it back (a timeout found due
+	// would look early a moment later).
+	floor, floorMono time.Time
 }
 
 // New returns a Clock for cfg.
@@ -120,6 +126,11 @@ func (c *Clock) Measure(ctx context.Context) (Measurement, error) {
 	}
 	c.mu.Lock()
 	c.latest = m
+	// A floor beyond what the store said, error included, means the store's clock was stepped
+	// back: the floor no longer bounds it.
+	if !c.floor.IsZero() && c.carried(m.mono).After(storeAt.Add(half)) {
+		c.floor, c.floorMono = time.Time{}, time.Time{}
+	}
 	c.mu.Unlock()
 	c.alarm(m)
 	if c.cfg.OnMeasured != nil {
@@ -173,16 +184,34 @@ func (c *Clock) Now() time.Time {
 }
 
 // Earliest is a time the store's clock has certainly reached: Now less the measurement's error,
-// widened by the drift since. A timeout due at or before it is due on the store's clock.
+// widened by the drift since. A timeout due at or before it is due on the store's clock. Before
+// the first measurement of a store's clock it is the zero time: nothing is known to be due.
 func (c *Clock) Earliest() time.Time {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	m := c.latest
-	c.mu.Unlock()
 	if !m.Measured {
+		if c.store != nil {
+			return time.Time{}
+		}
 		return c.cfg.Local()
 	}
-	age := time.Since(m.mono)
-	return m.storeAt.Add(age - m.Error - time.Duration(float64(age.Abs())*maxDrift))
+	mono := time.Now()
+	age := mono.Sub(m.mono)
+	earliest := m.storeAt.Add(age - m.Error - time.Duration(float64(age.Abs())*maxDrift))
+	if !c.floor.IsZero() {
+		if carried := c.carried(mono); carried.After(earliest) {
+			earliest = carried
+		}
+	}
+	c.floor, c.floorMono = earliest, mono
+	return earliest
+}
+
+// carried is the floor carried forward to mono, less the drift. c.mu is held.
+func (c *Clock) carried(mono time.Time) time.Time {
+	age := mono.Sub(c.floorMono)
+	return c.floor.Add(age - time.Duration(float64(age.Abs())*maxDrift))
 }
 
 // Until is how long to wait until the store's clock has certainly reached t.

@@ -2,6 +2,9 @@
 // timeouts need not survive a restart. Everything it holds is lost when the process ends; use
 // persistence/sqlite for the durable embedded default.
 //
+// It has no clock of its own (it does not implement persistence.Clocked): every manager on it runs
+// in its process and reads that process's clock, which therefore decides when a timeout is due.
+//
 // # Stability
 //
 // The store's API is stable. While timeoutmill is at v0, an incompatible change to it is made only

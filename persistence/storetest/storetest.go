@@ -4,8 +4,8 @@
 // runs, byte-exact payloads and headers, microsecond due times, cancel; Stats and List for stores
 // that implement persistence.Inspector, Hide, Release and Survey for persistence.Handover, and
 // StoreMany, PeekMany and RemoveMany for stores with the batch calls of persistence.BatchStore,
-// parked timeouts for persistence.Parker, and instance-tagged claims and held instance names for
-// persistence.Claimer.
+// parked timeouts for persistence.Parker, instance-tagged claims and held instance names for
+// persistence.Claimer, and the store's own clock for persistence.Clocked.
 //
 // A backend's test calls Run with a constructor that returns an empty store of its own:
 //
@@ -72,6 +72,7 @@ func Run(t *testing.T, newStore func(t *testing.T) persistence.Store) {
 		{"CancelledContext", s.testCancelledContext},
 		{"Parker", s.testParker},
 		{"Claimer", s.testClaimer},
+		{"Clocked", s.testClocked},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
