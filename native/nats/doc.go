@@ -58,9 +58,10 @@
 // timeouts.DeliverAfter, Watermill's delay.Message; an unreadable one is wire.ErrInvalidHeader);
 // the topic is the destination subject. The delivered message keeps its body, UUID
 // ("_watermill_message_uuid") and headers, less the timeout manager's routing headers, with
-// wire.HeaderDue set to its due time when it had one, plus the server's "Nats-Scheduler" (the schedule's subject)
-// and "Nats-Schedule-Next: purge". Headers NATS cannot carry travel as natstransport encodes them,
-// and its Subscriber decodes them.
+// wire.HeaderDue set to its due time when it had one. The server adds "Nats-Scheduler" (the
+// schedule's subject) and "Nats-Schedule-Next: purge"; natstransport's Subscriber leaves them out,
+// so a handler that copies the metadata onto a message it publishes does not make it a schedule.
+// Headers NATS cannot carry travel as natstransport encodes them, and its Subscriber decodes them.
 //
 //   - No due time, or one already past: the message is published to its destination at once,
 //     with its UUID as Nats-Msg-Id (the stream drops a copy sent again within its duplicate

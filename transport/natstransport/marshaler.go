@@ -14,6 +14,10 @@ import (
 // the value the original value in standard base64.
 const EncodedHeaderPrefix = "_timeoutmill_b64_"
 
+// scheduleHeaderPrefix starts the headers of JetStream's message schedules: Nats-Schedule,
+// Nats-Schedule-Target, Nats-Schedule-Next, Nats-Scheduler and the rest.
+const scheduleHeaderPrefix = "Nats-Schedul"
+
 // marshaler is watermill-nats' NATSMarshaler (headers as NATS headers) with the headers NATS
 // would refuse or change encoded, and a reader that takes every message, so that a message a
 // handler cannot use ends on the error queue rather than being delivered again for ever.
@@ -50,12 +54,18 @@ func carriable(name, value string) bool {
 }
 
 // Unmarshal reads any message: values of a header sent more than once are joined by ", ", and an
-// encoded header that does not decode is kept as it came.
+// encoded header that does not decode is kept as it came. The server's own headers of a message
+// schedule (Nats-Scheduler, Nats-Schedule-Next, ...) are left out: a handler that copies the
+// metadata onto a message it publishes must not make it a schedule, or have it refused by a
+// stream without schedules.
 func (marshaler) Unmarshal(m *nats.Msg) (*message.Message, error) {
 	msg := message.NewMessage(m.Header.Get(wnats.WatermillUUIDHdr), m.Data)
 	for k, v := range m.Header {
 		switch k {
 		case wnats.WatermillUUIDHdr, nats.MsgIdHdr, nats.ExpectedLastMsgIdHdr, nats.ExpectedStreamHdr, nats.ExpectedLastSubjSeqHdr, nats.ExpectedLastSeqHdr:
+			continue
+		}
+		if strings.HasPrefix(k, scheduleHeaderPrefix) {
 			continue
 		}
 		value := strings.Join(v, ", ")

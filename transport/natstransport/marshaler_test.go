@@ -61,3 +61,20 @@ func TestNames(t *testing.T) {
 	require.ErrorIs(t, Config{URL: "nats://h", Durable: "a.b"}.Validate(), ErrInvalidConfig)
 	require.False(t, strings.Contains(StreamName("a b*>.c"), " "))
 }
+
+func TestUnmarshalerLeavesOutTheServersScheduleHeaders(t *testing.T) {
+	t.Parallel()
+	m := nats.NewMsg("orders")
+	m.Header.Set("Nats-Scheduler", "timeoutmill.schedules.abc")
+	m.Header.Set("Nats-Schedule-Next", "purge")
+	m.Header.Set("Nats-Schedule", "@at 2026-01-01T00:00:00Z")
+	m.Header.Set("Nats-Schedule-Target", "orders")
+	m.Header.Set("timeout.due", "2026-01-01T00:00:00.000001Z")
+	m.Header.Set("Nats-Something-Else", "kept")
+	got, err := marshaler{}.Unmarshal(m)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{
+		"timeout.due":         "2026-01-01T00:00:00.000001Z",
+		"Nats-Something-Else": "kept",
+	}, map[string]string(got.Metadata), "a copy of this metadata published again must not be a schedule")
+}
