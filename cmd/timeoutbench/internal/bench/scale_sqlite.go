@@ -496,3 +496,36 @@ func wchar() (int64, error) {
 	}
 	return 0, errors.New("reading the bytes written: no wchar in /proc/self/io")
 }
+
+// sqliteScaleTargets holds the SQLite store at 1 M pending to the empty one measured beside it:
+// the batch store rate within 25 %, and one claim's p99 (checkpoints included) within 2×.
+func sqliteScaleTargets(results []Result) []Target {
+	var small, large Result
+	var haveSmall, haveLarge bool
+	for _, r := range results {
+		if r.Kind != KindScale || r.NotRun != "" || !strings.HasPrefix(r.System, "SQLite store") {
+			continue
+		}
+		if r.Figures["pending"] == 0 {
+			small, haveSmall = r, true
+		} else {
+			large, haveLarge = r, true
+		}
+	}
+	storeT := Target{Goal: "SQLite at 1 M pending: batch store rate within 25 % of the empty store's", Met: "—", Measured: notMeasured}
+	claimT := Target{Goal: "SQLite at 1 M pending: one claim's p99 ≤ 2× the empty store's", Met: "—", Measured: notMeasured}
+	if haveSmall && haveLarge {
+		s0, s1 := small.Figures["store"], large.Figures["store"]
+		if s0 > 0 {
+			storeT.Measured = fmt.Sprintf("%s/s empty, %s/s at %s pending (%+.0f %%); %s and %s written per timeout",
+				rate(s0), rate(s1), count(int(large.Figures["pending"])), 100*(s1-s0)/s0,
+				kib(small.Figures["written_per_timeout_b"]), kib(large.Figures["written_per_timeout_b"]))
+			storeT.Met = verdict(s1 >= 0.75*s0)
+		}
+		p99, p99Empty := large.Figures["claim_p99_ms"], small.Figures["claim_p99_ms"]
+		claimT.Measured = fmt.Sprintf("claim of %d due ids: p99 %.1f ms, p50 %.1f ms (empty store: p99 %.1f ms, p50 %.1f ms)",
+			scaleClaimBatch, p99, large.Figures["claim_p50_ms"], p99Empty, small.Figures["claim_p50_ms"])
+		claimT.Met = verdict(p99 <= 2*p99Empty)
+	}
+	return []Target{storeT, claimT}
+}

@@ -145,6 +145,7 @@ func Targets(results []Result) []Target {
 	)
 	out = append(out, natsTargets(f)...)
 
+	out = append(out, sqliteScaleTargets(results)...)
 	return append(append(out, scaleTargets(results)...), scaleOutTargets(f, results)...)
 }
 
