@@ -45,3 +45,13 @@ func TestHeartbeatFollowsTheOutageWait(t *testing.T) {
 	require.Equal(t, 7500*time.Millisecond, heartbeatFor(2*time.Minute), "a quarter of the dispatch breaker's 30 s")
 	require.LessOrEqual(t, heartbeatFor(time.Hour), amqptransport.DefaultHeartbeat)
 }
+
+// --clock-skew-alarm reaches the manager; its default is the library's.
+func TestClockSkewAlarmFlag(t *testing.T) {
+	t.Parallel()
+	transport := &connect.Transport{}
+	c := parseRun(t)
+	require.Equal(t, timeouts.DefaultClockSkewAlarm, c.managerConfig(nil, transport, nil, nil).ClockSkewAlarm)
+	c = parseRun(t, "--clock-skew-alarm", "250ms")
+	require.Equal(t, 250*time.Millisecond, c.managerConfig(nil, transport, nil, nil).ClockSkewAlarm)
+}

@@ -33,6 +33,7 @@ type runCmd struct {
 	AnnouncementIDs int           `name:"announcement-ids" default:"100" help:"Most due ids one dispatcher message carries (1 to 1000). Set 1 while instances of a release that reads one id per message still run (a rolling upgrade)."`
 	OutageWait      time.Duration `default:"2m" help:"How long the store or the broker may fail or stop answering before a critical error stops the service: the poller's wait (TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages), and storing's and dispatching's when shorter than their 30s. Calls that hang count: the error comes on time even when the network drops packets instead of refusing them. Start-up also waits this long for an unreachable store or broker."`
 	CallTimeout     time.Duration `default:"10s" help:"The longest one call to the store or the broker may take before it fails and is tried again (capped at --outage-wait)."`
+	ClockSkewAlarm  time.Duration `default:"1s" help:"Warn (once per change) and show on the dashboard when this instance's clock differs from the database store's by more than this. Delivery never depends on it: the store's clock decides due."`
 	NumberOfRetries int           `default:"0" help:"Retries of a failed forward before the message goes to the error queue."`
 	MetricsAddr     string        `help:"Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464." placeholder:"ADDR"`
 	SkipSetup       bool          `help:"Do not create the table or declare the queues at start (see the setup command)."`
@@ -195,6 +196,7 @@ func (c *runCmd) managerConfig(store persistence.Store, transport *connect.Trans
 		TimeToTriggerStoreCircuitBreaker:                        min(c.OutageWait, timeouts.DefaultTimeToTriggerStoreCircuitBreaker),
 		TimeToTriggerDispatchCircuitBreaker:                     min(c.OutageWait, timeouts.DefaultTimeToTriggerDispatchCircuitBreaker),
 		CallTimeout:                                             min(c.CallTimeout, c.OutageWait),
+		ClockSkewAlarm:                                          c.ClockSkewAlarm,
 		SkipInfrastructureSetup:                                 c.SkipSetup,
 		Instance:                                                c.Instance,
 	}
