@@ -290,7 +290,8 @@ func TestNATSClusterLeaderKilledUnderLoad(t *testing.T) {
 	got := consumeNATS(t, streams, dest)
 	svc := startService(t, "natscluster", runArgs(endpoint, dsn, c.urls(), errorQueue, "--stream-replicas", "3", "--close-timeout", "10s")...)
 
-	pub, _, err := natstransport.New(natstransport.Config{URL: c.urls(), Replicas: 3}, testLogger())
+	// Durable names the producer's connections ("producer publisher"), apart from the service's.
+	pub, _, err := natstransport.New(natstransport.Config{URL: c.urls(), Replicas: 3, Durable: "producer"}, testLogger())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	producer, err := timeouts.NewPublisher(pub, endpoint)
@@ -431,6 +432,10 @@ func TestNATSClusterLeaderKilledUnderLoad(t *testing.T) {
 	requireNoneLost(t, fm)
 	for _, id := range moreIDs {
 		require.False(t, got.firstArrival(id).Before(moreDue[id]), "%s arrived early", id)
+	}
+	// The log line may reach the test a moment after the deliveries it made possible.
+	for deadline := time.Now().Add(10 * time.Second); svc.count("Connected again") <= reconnected && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
 	}
 	faultLog(t, "then killed server %d, the service's subscriber's, and sent %d more: all %s; service reconnections %d",
 		consumer, more, fm, svc.count("Connected again")-reconnected)
