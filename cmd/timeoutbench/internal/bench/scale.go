@@ -400,7 +400,6 @@ LATERAL (SELECT now() + interval '2 days' + random() * interval '30 days' + g * 
 // and Next, as the poller does). The claimed ids stay leased for an hour, out of the services' way.
 func timeClaims(ctx context.Context, sides []*scale) (claims, polls [][]time.Duration, err error) {
 	claims = make([][]time.Duration, len(sides))
-	polls = make([][]time.Duration, len(sides))
 	done := make([]bool, len(sides))
 	for round := 0; ; round++ {
 		active := false
@@ -427,28 +426,42 @@ func timeClaims(ctx context.Context, sides []*scale) (claims, polls [][]time.Dur
 			break
 		}
 	}
+	stores := make([]persistence.Store, len(sides))
+	for i, s := range sides {
+		stores[i] = s.store
+	}
+	if polls, err = timeIdlePolls(ctx, stores, claims); err != nil {
+		return nil, nil, err
+	}
+	return claims, polls, nil
+}
+
+// timeIdlePolls times scaleClaims polls on each store that find nothing due (ClaimDue and Next,
+// as the poller does), after claims emptied them; a store that gave no claim to time is an error.
+func timeIdlePolls(ctx context.Context, stores []persistence.Store, claims [][]time.Duration) ([][]time.Duration, error) {
+	for i := range stores {
+		if len(claims[i]) == 0 {
+			return nil, errors.New("no due timeouts to claim")
+		}
+	}
+	polls := make([][]time.Duration, len(stores))
 	for range scaleClaims {
-		for i, s := range sides {
+		for i, store := range stores {
 			start := time.Now()
-			ids, err := s.store.ClaimDue(ctx, start, scaleClaimBatch, time.Hour)
+			ids, err := store.ClaimDue(ctx, start, scaleClaimBatch, time.Hour)
 			if err == nil {
-				_, _, err = s.store.Next(ctx)
+				_, _, err = store.Next(ctx)
 			}
 			if err != nil {
-				return nil, nil, fmt.Errorf("polling: %w", err)
+				return nil, fmt.Errorf("polling: %w", err)
 			}
 			if len(ids) > 0 {
-				return nil, nil, errors.New("a poll claimed timeouts after all were claimed")
+				return nil, errors.New("a poll claimed timeouts after all were claimed")
 			}
 			polls[i] = append(polls[i], time.Since(start))
 		}
 	}
-	for i := range sides {
-		if len(claims[i]) == 0 {
-			return nil, nil, errors.New("no due timeouts to claim")
-		}
-	}
-	return claims, polls, nil
+	return polls, nil
 }
 
 // storeRate publishes n delayed messages to svc and returns how many a second it stored.

@@ -333,7 +333,6 @@ func (s *sqliteScale) storeRate(ctx context.Context, n, writers, size int) (floa
 // does). The ids claimed in the last pass stay leased for an hour.
 func sqliteClaims(ctx context.Context, sides []*sqliteScale) (claims, polls [][]time.Duration, err error) {
 	claims = make([][]time.Duration, len(sides))
-	polls = make([][]time.Duration, len(sides))
 	for pass := range sqliteClaimPasses {
 		done := make([]bool, len(sides))
 		for round := 0; ; round++ {
@@ -376,26 +375,12 @@ func sqliteClaims(ctx context.Context, sides []*sqliteScale) (claims, polls [][]
 			s.claimed = nil
 		}
 	}
-	for range scaleClaims {
-		for i, s := range sides {
-			start := time.Now()
-			ids, err := s.store.ClaimDue(ctx, start, scaleClaimBatch, time.Hour)
-			if err == nil {
-				_, _, err = s.store.Next(ctx)
-			}
-			if err != nil {
-				return nil, nil, fmt.Errorf("polling: %w", err)
-			}
-			if len(ids) > 0 {
-				return nil, nil, errors.New("a poll claimed timeouts after all were claimed")
-			}
-			polls[i] = append(polls[i], time.Since(start))
-		}
+	stores := make([]persistence.Store, len(sides))
+	for i, s := range sides {
+		stores[i] = s.store
 	}
-	for i := range sides {
-		if len(claims[i]) == 0 {
-			return nil, nil, errors.New("no due timeouts to claim")
-		}
+	if polls, err = timeIdlePolls(ctx, stores, claims); err != nil {
+		return nil, nil, err
 	}
 	return claims, polls, nil
 }
