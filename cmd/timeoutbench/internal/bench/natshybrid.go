@@ -53,6 +53,7 @@ func (p hybridPublisher) Publish(topic string, msgs ...*message.Message) error {
 			continue
 		}
 		rawSchedule(fire, p.timeouts, m)
+		m.Header.Set(hybridScheduledHeader, m.Subject)
 		f, err := p.js.PublishMsgAsync(m)
 		if err != nil {
 			return fmt.Errorf("message %s: %w", msg.UUID, err)
@@ -106,9 +107,7 @@ func natsHybrid() System {
 			if err != nil {
 				return fail(err)
 			}
-			rig, err := openStreamPipeline(ctx, env, natsBroker(), endpoint, dest, func(sub message.Subscriber) message.Subscriber {
-				return scheduleHeaderStripper{Subscriber: sub, topic: timeoutsQueue}
-			})
+			rig, err := openStreamPipeline(ctx, env, natsBroker(), endpoint, dest)
 			if err != nil {
 				return fail(err)
 			}
@@ -126,39 +125,8 @@ func natsHybrid() System {
 	}
 }
 
-// scheduleHeaders are the headers the server sets on a message a schedule stored (which schedule,
-// and what it does next): a message forwarded with them to a stream without message schedules is
-// refused ("message schedules is disabled"), so the hybrid drops them as the Timeouts queue is
-// read. Nats-Scheduler, which names the schedule, is kept as hybridScheduledHeader.
-var scheduleHeaders = []string{jetstream.SchedulerHeader, jetstream.ScheduleNextHeader, jetstream.ScheduleHeader, jetstream.ScheduleTargetHeader}
-
-// hybridScheduledHeader carries the Nats-Scheduler header of a message the hybrid's schedule
-// stored: what went through a schedule can be told from what did not.
+// hybridScheduledHeader names, on a message the hybrid handed to a NATS schedule, that schedule's
+// subject: what went through a schedule can be told from what did not. The server's own schedule
+// headers (Nats-Scheduler, ...) do not reach the pipeline: natstransport's Subscriber leaves them
+// out, so the store forwards the message to streams without schedules.
 const hybridScheduledHeader = "timeoutbench.scheduler"
-
-// scheduleHeaderStripper is a Subscriber whose messages of topic lose scheduleHeaders.
-type scheduleHeaderStripper struct {
-	message.Subscriber
-	topic string
-}
-
-func (s scheduleHeaderStripper) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	in, err := s.Subscriber.Subscribe(ctx, topic)
-	if err != nil || topic != s.topic {
-		return in, err
-	}
-	out := make(chan *message.Message)
-	go func() {
-		defer close(out)
-		for msg := range in {
-			if v := msg.Metadata.Get(jetstream.SchedulerHeader); v != "" {
-				msg.Metadata.Set(hybridScheduledHeader, v)
-			}
-			for _, h := range scheduleHeaders {
-				delete(msg.Metadata, h)
-			}
-			out <- msg
-		}
-	}()
-	return out, nil
-}

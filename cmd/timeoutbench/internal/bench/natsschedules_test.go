@@ -78,7 +78,7 @@ func TestNATSHybridDeliversThroughTheScheduleAndTheStore(t *testing.T) {
 			require.True(t, ok, "an unknown message %s", got.UUID)
 			require.Equal(t, "v", got.Metadata.Get("k"))
 			require.False(t, arrived.Before(at), "delivered %s before due", at.Sub(arrived))
-			// The server names the schedule that stored a message; the hybrid keeps the name.
+			// The hybrid marks what it handed to a schedule; the server's own headers are left out.
 			require.Equal(t, scheduled[got.UUID], got.Metadata.Get(hybridScheduledHeader) != "", "went through a NATS schedule")
 			require.Empty(t, got.Metadata.Get(jetstream.SchedulerHeader))
 			delete(due, got.UUID)

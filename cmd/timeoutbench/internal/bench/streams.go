@@ -104,7 +104,7 @@ func streamSystem(b streamBroker) System {
 		Name:  b.name + " + PostgreSQL",
 		Needs: []string{b.need, "postgres"},
 		Open: func(ctx context.Context, env Env, dest string) (*Rig, error) {
-			p, err := openStreamPipeline(ctx, env, b, endpointName(), dest, nil)
+			p, err := openStreamPipeline(ctx, env, b, endpointName(), dest)
 			if err != nil {
 				return nil, err
 			}
@@ -121,8 +121,8 @@ type streamPipeline struct {
 }
 
 // openStreamPipeline runs the timeout manager of endpoint on b with the PostgreSQL store,
-// delivering to dest. decorate, when set, wraps the Subscriber the manager consumes with.
-func openStreamPipeline(ctx context.Context, env Env, b streamBroker, endpoint, dest string, decorate func(message.Subscriber) message.Subscriber) (*streamPipeline, error) {
+// delivering to dest.
+func openStreamPipeline(ctx context.Context, env Env, b streamBroker, endpoint, dest string) (*streamPipeline, error) {
 	errorQueue := endpoint + ".error"
 	schema, err := newSchema(ctx, env.PostgresDSN)
 	if err != nil {
@@ -154,12 +154,8 @@ func openStreamPipeline(ctx context.Context, env Env, b streamBroker, endpoint, 
 	if err != nil {
 		return fail(err)
 	}
-	var consume message.Subscriber = sub
-	if decorate != nil {
-		consume = decorate(sub)
-	}
 	p, err := startPipeline(ctx, env, timeouts.Config{
-		Endpoint: endpoint, Store: store, Publisher: pub, Subscriber: consume, ErrorQueue: errorQueue,
+		Endpoint: endpoint, Store: store, Publisher: pub, Subscriber: sub, ErrorQueue: errorQueue,
 	})
 	if err != nil {
 		return fail(err)
