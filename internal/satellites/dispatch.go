@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/timeoutmill/timeoutmill/satellites"
@@ -211,6 +212,247 @@ func hold(ctx context.Context, now func() time.Time, dueBy time.Time) error {
 		case <-ctx.Done():
 			t.Stop()
 			return fmt.Errorf("stopped %s before the announced ids were due: %w", wait.Round(time.Millisecond), ctx.Err())
+		}
+	}
+}
+
+// due is one id a dispatcher message announces, and the message.
+type due struct {
+	msg  *message.Message
+	id   string
+	many bool // the message carries other ids too
+}
+
+// key makes due keyed: the batcher never dispatches one id in two batches at once.
+func (x due) key() string { return x.id }
+
+// forward is one timeout of a batch on its way to its destination.
+type forward struct {
+	req *request[due]
+	t   persistence.Timeout
+	out *message.Message
+}
+
+// dispatch dispatches the timeouts of batch together: the one path of every dispatcher message,
+// a lone message being a batch of one. The batcher never hands it an id another batch is
+// dispatching (due is keyed, see batcher.exclusive). It looks them up with one PeekMany, then forwards them:
+// with the Forwarder in one ForwardMany, otherwise with one Publish per destination and one
+// RemoveMany. If a batch of many fails where failures are the timeout's own (a lookup, a
+// Forwarder's commit, a Publish refused other than by the connection), each is dispatched alone
+// through the same calls; a Publish that failed with the connection counts no attempt.
+func (d *Dispatch) dispatch(batch []*request[due]) {
+	first, again := firstOfEach(batch, func(x due) string { return x.id })
+	if len(again) > 0 {
+		defer d.dispatch(again) // they find their timeout gone
+	}
+	found, ok := d.lookUp(first)
+	if !ok {
+		eachAlone(first, d.dispatch)
+		return
+	}
+	if len(found) == 0 {
+		return
+	}
+	// Once started, forwards run to their end even while the router shuts down (which cancels
+	// message contexts): cut short after the broker took a message, it would be sent again.
+	ctx, cancel := detached(found[0].req.item.msg)
+	defer cancel()
+	for _, f := range found {
+		f.out.SetContext(ctx)
+	}
+	if d.forwarder != nil {
+		d.forwardMany(ctx, found)
+		return
+	}
+	d.publishAndRemove(found)
+}
+
+// lookUp looks up the timeouts of first (one request per id) with one PeekMany, answers the
+// requests whose timeout is gone, or unreadable, and returns the others. ok is false when the
+// lookup of many failed: the caller dispatches each alone.
+func (d *Dispatch) lookUp(first []*request[due]) (found []forward, ok bool) {
+	ids := make([]string, len(first))
+	for i, r := range first {
+		ids[i] = r.item.id
+	}
+	ctx := messageContext(first[0].item.msg)
+	ts, err := d.calls.PeekMany(ctx, ids)
+	if err != nil && len(first) > 1 {
+		d.logger.Debug("Looking up a batch of timeouts failed; dispatching them one by one", watermill.LogFields{"count": len(ids), "error": err.Error()})
+		return nil, false
+	}
+	if err != nil {
+		r := first[0]
+		if errors.Is(err, persistence.ErrCorruptMetadata) {
+			r.finish(d.unreadable(r.item, err))
+			return nil, true
+		}
+		d.cfg.Breaker.Failure(ctx, err)
+		r.finish(fmt.Errorf("looking up timeout %s: %w", r.item.id, err))
+		return nil, true
+	}
+	now := d.cfg.Now()
+	var notYet []*request[due]
+	defer func() { d.notYetDue(ctx, notYet) }()
+	byID := make(map[string]persistence.Timeout, len(ts))
+	for _, t := range ts {
+		byID[t.ID] = t
+	}
+	for _, r := range first {
+		t, ok := byID[r.item.id]
+		if !ok {
+			d.logger.Debug("Timeout already dispatched or cancelled", watermill.LogFields{"timeout_id": r.item.id})
+			r.finish(nil)
+			continue
+		}
+		if t.Parked != "" {
+			// Parked since it was announced (a redelivered announcement): it waits for an
+			// operator, and is not forwarded.
+			d.logger.Debug("Timeout parked; not forwarded", watermill.LogFields{"timeout_id": r.item.id})
+			r.finish(nil)
+			continue
+		}
+		if t.Due.After(now) {
+			// Not due here: rescheduled to later after its claim's lease ran out, or claimed by a
+			// poller whose clock runs ahead of this one's. Never early: it is given back, to be
+			// claimed again when due.
+			notYet = append(notYet, r)
+			continue
+		}
+		out := message.NewMessage(t.ID, t.Payload)
+		out.Metadata = withoutRoutingHeaders(t.Metadata, wireparse.IsRoutingHeader)
+		out.Metadata.Set(wire.HeaderDue, wireparse.FormatExpire(t.Due))
+		found = append(found, forward{req: r, t: t, out: out})
+	}
+	return found, true
+}
+
+// notYetDue acks the announcements of timeouts not due yet, after giving them back to the store
+// so that they are claimable from their due time (a store without persistence.Releaser keeps
+// them until their claim's lease runs out).
+func (d *Dispatch) notYetDue(ctx context.Context, reqs []*request[due]) {
+	if len(reqs) == 0 {
+		return
+	}
+	ids := make([]string, len(reqs))
+	for i, r := range reqs {
+		ids[i] = r.item.id
+	}
+	d.logger.Debug("Timeouts announced before their due time; given back", watermill.LogFields{"timeout_ids": ids})
+	if rel, ok := d.cfg.Store.(persistence.Releaser); ok {
+		if _, err := guarded(ctx, d.cfg.Breaker, func(ctx context.Context) (int, error) { return rel.Release(ctx, ids) }); err != nil {
+			d.logger.Error("Giving back timeouts not due yet failed; they wait for their claim's lease", err, watermill.LogFields{"timeout_ids": ids})
+		}
+	}
+	for _, r := range reqs {
+		r.finish(nil)
+	}
+}
+
+// publishAndRemove publishes the forwards, one Publish per destination, then removes the
+// forwarded timeouts with one RemoveMany: at least once. A Publish of many that failed other than
+// with the connection is tried again message by message.
+func (d *Dispatch) publishAndRemove(found []forward) {
+	byDestination := map[string][]forward{}
+	var destinations []string
+	for _, f := range found {
+		if _, ok := byDestination[f.t.Destination]; !ok {
+			destinations = append(destinations, f.t.Destination)
+		}
+		byDestination[f.t.Destination] = append(byDestination[f.t.Destination], f)
+	}
+	var (
+		sent   []forward
+		alone  []*request[due]
+		failed sync.WaitGroup
+	)
+	for _, dest := range destinations {
+		fs := byDestination[dest]
+		msgs := make([]*message.Message, len(fs))
+		for i, f := range fs {
+			msgs[i] = f.out
+		}
+		if err := d.cfg.Publisher.Publish(dest, msgs...); err != nil {
+			if len(fs) > 1 && !connloss.Is(err) && !d.stopping() {
+				// The broker may have refused one message of them (one larger than it takes,
+				// say): each is published again alone, so that the others are delivered and
+				// only the refused one counts an attempt, or ends on the error queue or parked.
+				// Those confirmed before the refusal are delivered twice: at least once.
+				d.logger.Debug("Publishing a batch of due messages failed; publishing them one by one",
+					watermill.LogFields{"count": len(fs), "destination": dest, "error": err.Error()})
+				for _, f := range fs {
+					alone = append(alone, f.req)
+				}
+				continue
+			}
+			// Each counts a failed attempt of its own, and waits out the breaker's delay on its
+			// own, as it would alone.
+			for _, f := range fs {
+				failed.Add(1)
+				go func() {
+					defer failed.Done()
+					f.req.finish(d.forwardFailed(f.req.item.msg, f.t, f.out, err))
+				}()
+			}
+			continue
+		}
+		if d.interrupted() {
+			for _, f := range fs {
+				f.req.finish(d.cutShort(f.t, nil))
+			}
+			continue
+		}
+		for _, f := range fs {
+			d.dispatched(f.t)
+		}
+		sent = append(sent, fs...)
+	}
+	d.removeMany(sent)
+	for _, f := range sent {
+		f.req.finish(nil)
+	}
+	eachAlone(alone, d.dispatch)
+	failed.Wait()
+}
+
+// removeMany deletes forwarded timeouts in one call; if that fails, each is removed alone with
+// remove's retries.
+func (d *Dispatch) removeMany(sent []forward) {
+	if len(sent) == 0 {
+		return
+	}
+	ctx, cancel := detached(sent[0].req.item.msg)
+	defer cancel()
+	ids := make([]string, len(sent))
+	for i, f := range sent {
+		ids[i] = f.t.ID
+	}
+	removed, err := d.calls.RemoveMany(ctx, ids)
+	if err != nil {
+		if len(sent) > 1 {
+			d.logger.Error("Removing a batch of dispatched timeouts failed; removing them one by one", err, watermill.LogFields{"count": len(ids)})
+		}
+		var wg sync.WaitGroup
+		for _, f := range sent {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d.remove(f.req.item.msg, f.t.ID)
+			}()
+		}
+		wg.Wait()
+		return
+	}
+	if len(removed) == len(ids) {
+		return
+	}
+	gone := make(map[string]bool, len(removed))
+	for _, id := range removed {
+		gone[id] = true
+	}
+	for _, id := range ids {
+		if !gone[id] {
+			d.logger.Info("Dispatched timeout was already gone: possible duplicate delivery", watermill.LogFields{"timeout_id": id})
 		}
 	}
 }

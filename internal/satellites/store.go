@@ -104,6 +104,63 @@ func (s *Store) Handle(msg *message.Message) error {
 	return s.batcher.do(delayed{msg: msg, t: t})[0]
 }
 
+// delayed is a message for the Timeouts queue and the timeout read from it.
+type delayed struct {
+	msg *message.Message
+	t   persistence.Timeout
+}
+
+// store stores the timeouts of batch with one StoreMany: the one path of every delayed message,
+// a lone message being a batch of one. If a batch of many fails, each is stored alone, so that
+// an invalid timeout, an outage and the breaker are met message by message.
+func (s *Store) store(batch []*request[delayed]) {
+	first, again := firstOfEach(batch, func(x delayed) string { return x.t.ID })
+	if len(again) > 0 {
+		defer s.store(again) // they find their timeout stored
+	}
+	ts := make([]persistence.Timeout, len(first))
+	for i, r := range first {
+		ts[i] = r.item.t
+	}
+	// A store that started runs to its end even while the router shuts down (which cancels
+	// message contexts): the Pub/Sub may count the message as handed over already.
+	ctx, cancel := detached(first[0].item.msg)
+	defer cancel()
+	inserted, err := s.calls.StoreMany(ctx, ts)
+	if err != nil && len(first) > 1 {
+		s.logger.Debug("Storing a batch of timeouts failed; storing them one by one", watermill.LogFields{"count": len(ts), "error": err.Error()})
+		eachAlone(first, s.store)
+		return
+	}
+	if err != nil {
+		r := first[0]
+		if errors.Is(err, persistence.ErrInvalidTimeout) {
+			r.finish(s.reject(r.item.msg, err.Error()))
+			return
+		}
+		s.logger.Error("Storing timeout failed; will retry", err, watermill.LogFields{"timeout_id": r.item.t.ID})
+		s.cfg.Breaker.Failure(ctx, err)
+		r.finish(fmt.Errorf("storing timeout %s: %w", r.item.t.ID, err))
+		return
+	}
+	s.cfg.Breaker.Success()
+	isNew := make(map[string]bool, len(inserted))
+	for _, id := range inserted {
+		isNew[id] = true
+	}
+	for _, r := range first {
+		if isNew[r.item.t.ID] {
+			s.logger.Debug("Timeout stored", watermill.LogFields{"timeout_id": r.item.t.ID, "destination": r.item.t.Destination, "due": r.item.t.Due})
+			if s.cfg.OnStored != nil {
+				s.cfg.OnStored(r.item.t.Due)
+			}
+			r.finish(nil)
+			continue
+		}
+		r.finish(s.checkDuplicate(r.item.msg, r.item.t))
+	}
+}
+
 // scheduleKeyed stores a timeout with a deduplication key, alone: Scheduler.Schedule resolves
 // the key against the pending timeout that holds it, as the message's wire.HeaderKeyPolicy says.
 func (s *Store) scheduleKeyed(msg *message.Message, t persistence.Timeout) error {
