@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/batcher"
 	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/internal/connloss"
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
@@ -106,7 +107,7 @@ type Dispatch struct {
 	logger    watermill.LoggerAdapter
 	calls     persistence.BatchStore    // the store's batch calls, or their fallback
 	forwarder satellites.BatchForwarder // Config.Forwarder, forwarding many at once; nil: publish
-	batcher   *batcher[due]
+	batcher   *batcher.Batcher[due]
 }
 
 var _ Satellite = (*Dispatch)(nil)
@@ -133,7 +134,11 @@ func NewDispatch(cfg DispatchConfig, logger watermill.LoggerAdapter) (*Dispatch,
 			d.forwarder = forwardEach{cfg.Forwarder}
 		}
 	}
-	d.batcher = &batcher[due]{max: cfg.MaxBatch, handle: d.dispatch, minParallel: dispatchParallelBatch}
+	var err error
+	d.batcher, err = batcher.New(batcher.Config{Max: cfg.MaxBatch, MaxBatchers: maxBatchers, MinParallel: dispatchParallelBatch}, d.dispatch)
+	if err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -172,7 +177,7 @@ func (d *Dispatch) Handle(msg *message.Message) error {
 	for i, id := range ids {
 		items[i] = due{msg: msg, id: id, many: len(ids) > 1}
 	}
-	errs := d.batcher.do(items...)
+	errs := d.batcher.Do(items...)
 	if len(errs) == 1 {
 		return errs[0]
 	}
@@ -223,31 +228,31 @@ type due struct {
 	many bool // the message carries other ids too
 }
 
-// key makes due keyed: the batcher never dispatches one id in two batches at once.
-func (x due) key() string { return x.id }
+// Key makes due batcher.Keyed: the batcher never dispatches one id in two batches at once.
+func (x due) Key() string { return x.id }
 
 // forward is one timeout of a batch on its way to its destination.
 type forward struct {
-	req *request[due]
+	req *batcher.Request[due]
 	t   persistence.Timeout
 	out *message.Message
 }
 
 // dispatch dispatches the timeouts of batch together: the one path of every dispatcher message,
 // a lone message being a batch of one. The batcher never hands it an id another batch is
-// dispatching (due is keyed, see batcher.exclusive). It looks them up with one PeekMany, then forwards them:
+// dispatching (due is batcher.Keyed). It looks them up with one PeekMany, then forwards them:
 // with the Forwarder in one ForwardMany, otherwise with one Publish per destination and one
 // RemoveMany. If a batch of many fails where failures are the timeout's own (a lookup, a
 // Forwarder's commit, a Publish refused other than by the connection), each is dispatched alone
 // through the same calls; a Publish that failed with the connection counts no attempt.
-func (d *Dispatch) dispatch(batch []*request[due]) {
-	first, again := firstOfEach(batch, func(x due) string { return x.id })
+func (d *Dispatch) dispatch(batch []*batcher.Request[due]) {
+	first, again := batcher.FirstOfEach(batch, func(x due) string { return x.id })
 	if len(again) > 0 {
 		defer d.dispatch(again) // they find their timeout gone
 	}
 	found, ok := d.lookUp(first)
 	if !ok {
-		eachAlone(first, d.dispatch)
+		batcher.EachAlone(first, d.dispatch)
 		return
 	}
 	if len(found) == 0 {
@@ -255,7 +260,7 @@ func (d *Dispatch) dispatch(batch []*request[due]) {
 	}
 	// Once started, forwards run to their end even while the router shuts down (which cancels
 	// message contexts): cut short after the broker took a message, it would be sent again.
-	ctx, cancel := detached(found[0].req.item.msg)
+	ctx, cancel := detached(found[0].req.Item.msg)
 	defer cancel()
 	for _, f := range found {
 		f.out.SetContext(ctx)
@@ -270,12 +275,12 @@ func (d *Dispatch) dispatch(batch []*request[due]) {
 // lookUp looks up the timeouts of first (one request per id) with one PeekMany, answers the
 // requests whose timeout is gone, or unreadable, and returns the others. ok is false when the
 // lookup of many failed: the caller dispatches each alone.
-func (d *Dispatch) lookUp(first []*request[due]) (found []forward, ok bool) {
+func (d *Dispatch) lookUp(first []*batcher.Request[due]) (found []forward, ok bool) {
 	ids := make([]string, len(first))
 	for i, r := range first {
-		ids[i] = r.item.id
+		ids[i] = r.Item.id
 	}
-	ctx := messageContext(first[0].item.msg)
+	ctx := messageContext(first[0].Item.msg)
 	ts, err := d.calls.PeekMany(ctx, ids)
 	if err != nil && len(first) > 1 {
 		d.logger.Debug("Looking up a batch of timeouts failed; dispatching them one by one", watermill.LogFields{"count": len(ids), "error": err.Error()})
@@ -284,32 +289,32 @@ func (d *Dispatch) lookUp(first []*request[due]) (found []forward, ok bool) {
 	if err != nil {
 		r := first[0]
 		if errors.Is(err, persistence.ErrCorruptMetadata) {
-			r.finish(d.unreadable(r.item, err))
+			r.Finish(d.unreadable(r.Item, err))
 			return nil, true
 		}
 		d.cfg.Breaker.Failure(ctx, err)
-		r.finish(fmt.Errorf("looking up timeout %s: %w", r.item.id, err))
+		r.Finish(fmt.Errorf("looking up timeout %s: %w", r.Item.id, err))
 		return nil, true
 	}
 	now := d.cfg.Now()
-	var notYet []*request[due]
+	var notYet []*batcher.Request[due]
 	defer func() { d.notYetDue(ctx, notYet) }()
 	byID := make(map[string]persistence.Timeout, len(ts))
 	for _, t := range ts {
 		byID[t.ID] = t
 	}
 	for _, r := range first {
-		t, ok := byID[r.item.id]
+		t, ok := byID[r.Item.id]
 		if !ok {
-			d.logger.Debug("Timeout already dispatched or cancelled", watermill.LogFields{"timeout_id": r.item.id})
-			r.finish(nil)
+			d.logger.Debug("Timeout already dispatched or cancelled", watermill.LogFields{"timeout_id": r.Item.id})
+			r.Finish(nil)
 			continue
 		}
 		if t.Parked != "" {
 			// Parked since it was announced (a redelivered announcement): it waits for an
 			// operator, and is not forwarded.
-			d.logger.Debug("Timeout parked; not forwarded", watermill.LogFields{"timeout_id": r.item.id})
-			r.finish(nil)
+			d.logger.Debug("Timeout parked; not forwarded", watermill.LogFields{"timeout_id": r.Item.id})
+			r.Finish(nil)
 			continue
 		}
 		if t.Due.After(now) {
@@ -330,13 +335,13 @@ func (d *Dispatch) lookUp(first []*request[due]) (found []forward, ok bool) {
 // notYetDue acks the announcements of timeouts not due yet, after giving them back to the store
 // so that they are claimable from their due time (a store without persistence.Releaser keeps
 // them until their claim's lease runs out).
-func (d *Dispatch) notYetDue(ctx context.Context, reqs []*request[due]) {
+func (d *Dispatch) notYetDue(ctx context.Context, reqs []*batcher.Request[due]) {
 	if len(reqs) == 0 {
 		return
 	}
 	ids := make([]string, len(reqs))
 	for i, r := range reqs {
-		ids[i] = r.item.id
+		ids[i] = r.Item.id
 	}
 	d.logger.Debug("Timeouts announced before their due time; given back", watermill.LogFields{"timeout_ids": ids})
 	if rel, ok := d.cfg.Store.(persistence.Releaser); ok {
@@ -345,7 +350,7 @@ func (d *Dispatch) notYetDue(ctx context.Context, reqs []*request[due]) {
 		}
 	}
 	for _, r := range reqs {
-		r.finish(nil)
+		r.Finish(nil)
 	}
 }
 
@@ -363,7 +368,7 @@ func (d *Dispatch) publishAndRemove(found []forward) {
 	}
 	var (
 		sent   []forward
-		alone  []*request[due]
+		alone  []*batcher.Request[due]
 		failed sync.WaitGroup
 	)
 	for _, dest := range destinations {
@@ -391,14 +396,14 @@ func (d *Dispatch) publishAndRemove(found []forward) {
 				failed.Add(1)
 				go func() {
 					defer failed.Done()
-					f.req.finish(d.forwardFailed(f.req.item.msg, f.t, f.out, err))
+					f.req.Finish(d.forwardFailed(f.req.Item.msg, f.t, f.out, err))
 				}()
 			}
 			continue
 		}
 		if d.interrupted() {
 			for _, f := range fs {
-				f.req.finish(d.cutShort(f.t, nil))
+				f.req.Finish(d.cutShort(f.t, nil))
 			}
 			continue
 		}
@@ -409,9 +414,9 @@ func (d *Dispatch) publishAndRemove(found []forward) {
 	}
 	d.removeMany(sent)
 	for _, f := range sent {
-		f.req.finish(nil)
+		f.req.Finish(nil)
 	}
-	eachAlone(alone, d.dispatch)
+	batcher.EachAlone(alone, d.dispatch)
 	failed.Wait()
 }
 
@@ -421,7 +426,7 @@ func (d *Dispatch) removeMany(sent []forward) {
 	if len(sent) == 0 {
 		return
 	}
-	ctx, cancel := detached(sent[0].req.item.msg)
+	ctx, cancel := detached(sent[0].req.Item.msg)
 	defer cancel()
 	ids := make([]string, len(sent))
 	for i, f := range sent {
@@ -437,7 +442,7 @@ func (d *Dispatch) removeMany(sent []forward) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				d.remove(f.req.item.msg, f.t.ID)
+				d.remove(f.req.Item.msg, f.t.ID)
 			}()
 		}
 		wg.Wait()

@@ -3,6 +3,7 @@ package satellites
 import (
 	"context"
 
+	"github.com/timeoutmill/timeoutmill/internal/batcher"
 	"github.com/timeoutmill/timeoutmill/satellites"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -19,16 +20,16 @@ func (d *Dispatch) forwardMany(ctx context.Context, found []forward) {
 	removed, err := guarded(ctx, d.cfg.Breaker, func(ctx context.Context) ([]string, error) { return d.forwarder.ForwardMany(ctx, fs) })
 	if err != nil && len(found) > 1 {
 		d.logger.Debug("Forwarding a batch of timeouts failed; forwarding them one by one", watermill.LogFields{"count": len(fs), "error": err.Error()})
-		reqs := make([]*request[due], len(found))
+		reqs := make([]*batcher.Request[due], len(found))
 		for i, f := range found {
 			reqs[i] = f.req
 		}
-		eachAlone(reqs, d.dispatch)
+		batcher.EachAlone(reqs, d.dispatch)
 		return
 	}
 	if err != nil {
 		f := found[0]
-		f.req.finish(d.forwardFailed(f.req.item.msg, f.t, f.out, err))
+		f.req.Finish(d.forwardFailed(f.req.Item.msg, f.t, f.out, err))
 		return
 	}
 	gone := make(map[string]bool, len(removed))
@@ -41,6 +42,6 @@ func (d *Dispatch) forwardMany(ctx context.Context, found []forward) {
 		} else {
 			d.logger.Debug("Timeout already dispatched or cancelled; nothing forwarded", watermill.LogFields{"timeout_id": f.t.ID})
 		}
-		f.req.finish(nil)
+		f.req.Finish(nil)
 	}
 }

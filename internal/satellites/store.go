@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/timeoutmill/timeoutmill/internal/batcher"
 	"github.com/timeoutmill/timeoutmill/internal/breaker"
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
@@ -63,7 +64,7 @@ type Store struct {
 	queue   string
 	logger  watermill.LoggerAdapter
 	calls   persistence.BatchStore // the store's batch calls, or their fallback
-	batcher *batcher[delayed]
+	batcher *batcher.Batcher[delayed]
 }
 
 var _ Satellite = (*Store)(nil)
@@ -82,7 +83,11 @@ func NewStore(cfg StoreConfig, logger watermill.LoggerAdapter) (*Store, error) {
 	queue := wire.TimeoutsQueue(cfg.Endpoint)
 	s := &Store{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue}),
 		calls: guardedCalls{batchCalls(cfg.Store), cfg.Breaker}}
-	s.batcher = &batcher[delayed]{max: cfg.MaxBatch, handle: s.store}
+	var err error
+	s.batcher, err = batcher.New(batcher.Config{Max: cfg.MaxBatch, MaxBatchers: maxBatchers, MinParallel: minParallelBatch}, s.store)
+	if err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -101,7 +106,7 @@ func (s *Store) Handle(msg *message.Message) error {
 	if t.Key != "" {
 		return s.scheduleKeyed(msg, t)
 	}
-	return s.batcher.do(delayed{msg: msg, t: t})[0]
+	return s.batcher.Do(delayed{msg: msg, t: t})[0]
 }
 
 // delayed is a message for the Timeouts queue and the timeout read from it.
@@ -113,34 +118,34 @@ type delayed struct {
 // store stores the timeouts of batch with one StoreMany: the one path of every delayed message,
 // a lone message being a batch of one. If a batch of many fails, each is stored alone, so that
 // an invalid timeout, an outage and the breaker are met message by message.
-func (s *Store) store(batch []*request[delayed]) {
-	first, again := firstOfEach(batch, func(x delayed) string { return x.t.ID })
+func (s *Store) store(batch []*batcher.Request[delayed]) {
+	first, again := batcher.FirstOfEach(batch, func(x delayed) string { return x.t.ID })
 	if len(again) > 0 {
 		defer s.store(again) // they find their timeout stored
 	}
 	ts := make([]persistence.Timeout, len(first))
 	for i, r := range first {
-		ts[i] = r.item.t
+		ts[i] = r.Item.t
 	}
 	// A store that started runs to its end even while the router shuts down (which cancels
 	// message contexts): the Pub/Sub may count the message as handed over already.
-	ctx, cancel := detached(first[0].item.msg)
+	ctx, cancel := detached(first[0].Item.msg)
 	defer cancel()
 	inserted, err := s.calls.StoreMany(ctx, ts)
 	if err != nil && len(first) > 1 {
 		s.logger.Debug("Storing a batch of timeouts failed; storing them one by one", watermill.LogFields{"count": len(ts), "error": err.Error()})
-		eachAlone(first, s.store)
+		batcher.EachAlone(first, s.store)
 		return
 	}
 	if err != nil {
 		r := first[0]
 		if errors.Is(err, persistence.ErrInvalidTimeout) {
-			r.finish(s.reject(r.item.msg, err.Error()))
+			r.Finish(s.reject(r.Item.msg, err.Error()))
 			return
 		}
-		s.logger.Error("Storing timeout failed; will retry", err, watermill.LogFields{"timeout_id": r.item.t.ID})
+		s.logger.Error("Storing timeout failed; will retry", err, watermill.LogFields{"timeout_id": r.Item.t.ID})
 		s.cfg.Breaker.Failure(ctx, err)
-		r.finish(fmt.Errorf("storing timeout %s: %w", r.item.t.ID, err))
+		r.Finish(fmt.Errorf("storing timeout %s: %w", r.Item.t.ID, err))
 		return
 	}
 	s.cfg.Breaker.Success()
@@ -149,15 +154,15 @@ func (s *Store) store(batch []*request[delayed]) {
 		isNew[id] = true
 	}
 	for _, r := range first {
-		if isNew[r.item.t.ID] {
-			s.logger.Debug("Timeout stored", watermill.LogFields{"timeout_id": r.item.t.ID, "destination": r.item.t.Destination, "due": r.item.t.Due})
+		if isNew[r.Item.t.ID] {
+			s.logger.Debug("Timeout stored", watermill.LogFields{"timeout_id": r.Item.t.ID, "destination": r.Item.t.Destination, "due": r.Item.t.Due})
 			if s.cfg.OnStored != nil {
-				s.cfg.OnStored(r.item.t.Due)
+				s.cfg.OnStored(r.Item.t.Due)
 			}
-			r.finish(nil)
+			r.Finish(nil)
 			continue
 		}
-		r.finish(s.checkDuplicate(r.item.msg, r.item.t))
+		r.Finish(s.checkDuplicate(r.Item.msg, r.Item.t))
 	}
 }
 
