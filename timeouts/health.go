@@ -64,7 +64,7 @@ func (m *Manager) Health() error {
 	}
 	for i, b := range m.breakers {
 		if b.Armed() {
-			reasons = append(reasons, m.failures.armed(m.breakerNames[i]))
+			reasons = append(reasons, m.failures.armed(m.breakerNames[i], m.cfg.Clock.Now()))
 		}
 	}
 	return errors.Join(reasons...)
@@ -92,25 +92,25 @@ type lastFailure struct {
 	at  time.Time
 }
 
-// note records err as breaker's last failure.
-func (f *lastFailures) note(breaker string, err error) {
+// note records err as breaker's last failure, which happened at.
+func (f *lastFailures) note(breaker string, err error, at time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.errs == nil {
 		f.errs = map[string]lastFailure{}
 	}
-	f.errs[breaker] = lastFailure{err: err, at: time.Now()}
+	f.errs[breaker] = lastFailure{err: err, at: at}
 }
 
-// armed is Health's reason for an armed breaker: its last failure and how long ago it was, or
-// that its calls go unanswered when none failed yet.
-func (f *lastFailures) armed(breaker string) error {
+// armed is Health's reason for an armed breaker at now: its last failure and how long ago it
+// was, or that its calls go unanswered when none failed yet.
+func (f *lastFailures) armed(breaker string, now time.Time) error {
 	f.mu.Lock()
 	last, ok := f.errs[breaker]
 	f.mu.Unlock()
 	if !ok || last.err == nil {
 		return fmt.Errorf("breaker %s armed: its calls go unanswered", breaker)
 	}
-	ago := time.Since(last.at).Round(time.Second)
+	ago := now.Sub(last.at).Round(time.Second)
 	return fmt.Errorf("breaker %s armed; last failure %s ago: %w", breaker, ago, last.err)
 }

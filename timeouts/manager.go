@@ -79,7 +79,8 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 	newBreaker := func(name string, wait time.Duration, msg string) (*breaker.CircuitBreaker, error) {
 		b, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 			Name: name, TimeToWait: wait, Message: msg, RetryDelay: config.RetryDelay, CallTimeout: config.CallTimeout, OnTrip: m.raise,
-			OnFailure: func(err error) { m.metrics.onFailure(name); m.failures.note(name, err) },
+			OnFailure: func(err error) { m.metrics.onFailure(name); m.failures.note(name, err, config.Clock.Now()) },
+			Now:       config.Clock.Now,
 		})
 		if err == nil {
 			m.breakers = append(m.breakers, b)
@@ -104,6 +105,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		Name: "recovery", MaxFailuresPerSecond: config.MaximumRecoveryFailuresPerSecond,
 		Message: critical.RecoveryMessage, OnTrip: m.raise,
 		OnFailure: func(error) { m.metrics.onFailure("recovery") },
+		Now:       config.Clock.Now,
 	})
 	if err != nil {
 		return nil, err

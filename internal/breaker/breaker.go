@@ -35,6 +35,9 @@ type BreakerConfig struct {
 	// call returns with an error its caller reports as a failure. Defaults to DefaultCallTimeout,
 	// or TimeToWait when that is shorter.
 	CallTimeout time.Duration
+	// Now reads the wall clock, for when failures and calls began. It must advance as real time
+	// does: the breaker's timers run on the time package. Defaults to time.Now.
+	Now func() time.Time
 }
 
 // DefaultCallTimeout is the longest one call to a store or a broker may take, unless
@@ -47,6 +50,9 @@ func (c *BreakerConfig) setDefaults() {
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = min(DefaultCallTimeout, c.TimeToWait)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 }
 
@@ -126,7 +132,7 @@ func (b *CircuitBreaker) Failure(ctx context.Context, err error) {
 	}
 	b.lastErr = err
 	if b.since.IsZero() {
-		now := time.Now()
+		now := b.cfg.Now()
 		b.since = now
 		// A failure reported as the call behind it ended: failing since that call began.
 		if !b.unansweredSince.IsZero() && now.Sub(b.unansweredEnded) <= b.cfg.RetryDelay+time.Second {
@@ -161,7 +167,7 @@ func (b *CircuitBreaker) Call(ctx context.Context) (callCtx context.Context, end
 		b.mu.Unlock()
 		return callCtx, func(error) { cancel() }
 	}
-	began := time.Now()
+	began := b.cfg.Now()
 	b.inFlight++
 	if b.inFlight == 1 {
 		b.busySince = began
@@ -179,13 +185,13 @@ func (b *CircuitBreaker) Call(ctx context.Context) (callCtx context.Context, end
 			case err == nil: // answered: the stage works
 				b.unansweredSince, b.unansweredEnded = time.Time{}, time.Time{}
 				if b.inFlight > 0 {
-					b.busySince = time.Now()
+					b.busySince = b.cfg.Now()
 				}
 			case b.unansweredSince.IsZero() || began.Before(b.unansweredSince):
 				b.unansweredSince = began
 				fallthrough
 			default:
-				b.unansweredEnded = time.Now()
+				b.unansweredEnded = b.cfg.Now()
 			}
 			if b.inFlight == 0 {
 				b.busySince = time.Time{}
@@ -216,7 +222,7 @@ func (b *CircuitBreaker) watchFired() {
 		b.mu.Unlock()
 		return
 	}
-	if left := b.cfg.TimeToWait - time.Since(b.busySince); left > 0 {
+	if left := b.cfg.TimeToWait - b.cfg.Now().Sub(b.busySince); left > 0 {
 		b.armWatch(left)
 		b.mu.Unlock()
 		return
@@ -242,7 +248,7 @@ func (b *CircuitBreaker) Success() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.inFlight > 0 {
-		b.busySince = time.Now()
+		b.busySince = b.cfg.Now()
 	}
 	b.unansweredSince, b.unansweredEnded = time.Time{}, time.Time{}
 	b.tripped = false
@@ -258,7 +264,7 @@ func (b *CircuitBreaker) Success() {
 func (b *CircuitBreaker) Armed() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return !b.since.IsZero() || (b.inFlight > 0 && time.Since(b.busySince) > quietCall)
+	return !b.since.IsZero() || (b.inFlight > 0 && b.cfg.Now().Sub(b.busySince) > quietCall)
 }
 
 // quietCall is how long calls may be in flight with no success before Armed says so: longer than

@@ -26,11 +26,16 @@ type RateBreakerConfig struct {
 	OnTrip func(*critical.Error)
 	// OnFailure is told of every failure, for metrics. Optional.
 	OnFailure func(error)
+	// Now reads the wall clock, for when a window opens. Defaults to time.Now.
+	Now func() time.Time
 }
 
 func (c *RateBreakerConfig) setDefaults() {
 	if c.Window == 0 {
 		c.Window = DefaultRateWindow
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 }
 
@@ -82,7 +87,7 @@ func (b *RateBreaker) Failure(err error) {
 	if b.cfg.OnFailure != nil {
 		b.cfg.OnFailure(err)
 	}
-	now := time.Now()
+	now := b.cfg.Now()
 	b.mu.Lock()
 	if b.stopped {
 		b.mu.Unlock()
