@@ -3,6 +3,7 @@ package breaker_test
 import (
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -43,22 +44,43 @@ func TestRateBreakerTripsOnceWhenFailuresOutpaceTheRate(t *testing.T) {
 
 func TestRateBreakerCountsAgainInANewWindow(t *testing.T) {
 	t.Parallel()
-	b, rec := newRateBreaker(t, 2, time.Second) // more than 2 in 1 s
-	for range 2 {
+	synctest.Test(t, func(t *testing.T) {
+		b, rec := newRateBreaker(t, 2, time.Second) // more than 2 in 1 s
+		for range 2 {
+			b.Failure(errors.New("x"))
+		}
+		time.Sleep(time.Second) // advances virtual time: the window ends; its count with it
+		for range 2 {
+			b.Failure(errors.New("x"))
+		}
+		require.Empty(t, rec.all())
 		b.Failure(errors.New("x"))
-	}
-	time.Sleep(1100 * time.Millisecond) // the window ends; its count with it
-	for range 2 {
+		require.Len(t, rec.all(), 1)
+		time.Sleep(time.Second)
+		for range 3 {
+			b.Failure(errors.New("again"))
+		}
+		require.Len(t, rec.all(), 2, "a later burst trips again")
+	})
+}
+
+// The window opens on the breaker's clock (Now): FailingSince is that clock's time.
+func TestRateBreakerReadsItsClock(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ahead := func() time.Time { return time.Now().Add(time.Hour) }
+		rec := &tripRecorder{}
+		b, err := breaker.NewRateBreaker(breaker.RateBreakerConfig{
+			Name: "recovery", MaxFailuresPerSecond: 1, Window: time.Second,
+			Message: critical.RecoveryMessage, OnTrip: rec.record, Now: ahead,
+		})
+		require.NoError(t, err)
+		opened := ahead()
 		b.Failure(errors.New("x"))
-	}
-	require.Empty(t, rec.all())
-	b.Failure(errors.New("x"))
-	require.Len(t, rec.all(), 1)
-	time.Sleep(1100 * time.Millisecond)
-	for range 3 {
-		b.Failure(errors.New("again"))
-	}
-	require.Len(t, rec.all(), 2, "a later burst trips again")
+		b.Failure(errors.New("x"))
+		require.Len(t, rec.all(), 1)
+		require.Equal(t, opened, rec.all()[0].FailingSince)
+	})
 }
 
 func TestRateBreakerConfigValidate(t *testing.T) {
