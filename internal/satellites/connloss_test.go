@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -75,42 +76,46 @@ func TestForwardFailingWithTheConnectionIsNotAnAttempt(t *testing.T) {
 
 func TestForwardRefusedForTheMessageStillCountsAnAttempt(t *testing.T) {
 	t.Parallel()
-	// The broker closes the channel for the message's sake: the message's own failure.
-	cause := &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - message size 20000000 is larger than configured max size 16777216", Server: true, Recover: true}
-	b := setupDispatch(t, func(c *satellites.DispatchConfig) {
-		c.Publisher = &failingFirst{next: c.Publisher.(*recordingPublisher), topic: "payments", err: cause, n: 100}
+	synctest.Test(t, func(t *testing.T) {
+		// The broker closes the channel for the message's sake: the message's own failure.
+		cause := &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - message size 20000000 is larger than configured max size 16777216", Server: true, Recover: true}
+		b := setupDispatch(t, func(c *satellites.DispatchConfig) {
+			c.Publisher = &failingFirst{next: c.Publisher.(*recordingPublisher), topic: "payments", err: cause, n: 100}
+		})
+		timeout := b.storeDue(t, "payments")
+		require.Equal(t, 1, b.deliverUntilAcked(t, timeout.ID, 20))
+		failed := b.published.only(t, wire.DefaultErrorQueue)
+		require.Equal(t, timeout.ID, failed.UUID)
+		require.Contains(t, failed.Metadata.Get(wire.HeaderFailureReason), "PRECONDITION_FAILED")
 	})
-	timeout := b.storeDue(t, "payments")
-	require.Equal(t, 1, b.deliverUntilAcked(t, timeout.ID, 20))
-	failed := b.published.only(t, wire.DefaultErrorQueue)
-	require.Equal(t, timeout.ID, failed.UUID)
-	require.Contains(t, failed.Metadata.Get(wire.HeaderFailureReason), "PRECONDITION_FAILED")
 }
 
 func TestConnectionThatStaysAwayTripsTheDispatchBreaker(t *testing.T) {
 	t.Parallel()
-	trips := &tripLog{}
-	b := setupDispatch(t, func(c *satellites.DispatchConfig) {
-		breaker, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
-			Name: "dispatch", TimeToWait: 300 * time.Millisecond, Message: critical.DispatchMessage,
-			RetryDelay: 50 * time.Millisecond, OnTrip: trips.record,
+	synctest.Test(t, func(t *testing.T) {
+		trips := &tripLog{}
+		b := setupDispatch(t, func(c *satellites.DispatchConfig) {
+			breaker, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
+				Name: "dispatch", TimeToWait: 300 * time.Millisecond, Message: critical.DispatchMessage,
+				RetryDelay: 50 * time.Millisecond, OnTrip: trips.record,
+			})
+			require.NoError(t, err)
+			t.Cleanup(breaker.Stop)
+			c.Breaker = breaker
+			c.Publisher = &failingFirst{next: c.Publisher.(*recordingPublisher), topic: "payments", err: amqp.ErrClosed, n: 1 << 30}
 		})
-		require.NoError(t, err)
-		t.Cleanup(breaker.Stop)
-		c.Breaker = breaker
-		c.Publisher = &failingFirst{next: c.Publisher.(*recordingPublisher), topic: "payments", err: amqp.ErrClosed, n: 1 << 30}
+		timeout := b.storeDue(t, "payments")
+		start := time.Now()
+		for len(trips.all()) == 0 {
+			require.Less(t, time.Since(start), time.Minute, "the breaker trips once the connection stayed away past its wait")
+			err := b.dispatch.Handle(dispatcherqueue.Encode(timeout.ID))
+			require.Error(t, err, "nacked: the timeout stays for the next attempt")
+			require.ErrorIs(t, err, amqp.ErrClosed)
+		}
+		require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "paced by the breaker, not earlier than its wait")
+		require.Empty(t, b.published.to(wire.DefaultErrorQueue))
+		got, err := b.store.Peek(context.Background(), timeout.ID)
+		require.NoError(t, err, "the timeout is kept")
+		require.Zero(t, got.FailureCount, "no attempt was counted")
 	})
-	timeout := b.storeDue(t, "payments")
-	start := time.Now()
-	for len(trips.all()) == 0 {
-		require.Less(t, time.Since(start), time.Minute, "the breaker trips once the connection stayed away past its wait")
-		err := b.dispatch.Handle(dispatcherqueue.Encode(timeout.ID))
-		require.Error(t, err, "nacked: the timeout stays for the next attempt")
-		require.ErrorIs(t, err, amqp.ErrClosed)
-	}
-	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "paced by the breaker, not earlier than its wait")
-	require.Empty(t, b.published.to(wire.DefaultErrorQueue))
-	got, err := b.store.Peek(context.Background(), timeout.ID)
-	require.NoError(t, err, "the timeout is kept")
-	require.Zero(t, got.FailureCount, "no attempt was counted")
 }

@@ -103,7 +103,7 @@ func (p *slowPublisher) Publish(topic string, msgs ...*message.Message) error {
 	p.mu.Lock()
 	p.calls++
 	p.mu.Unlock()
-	time.Sleep(2 * time.Millisecond)
+	time.Sleep(2 * time.Millisecond) // fake time in the tests' bubbles: a broker's confirm takes a while
 	return p.recordingPublisher.Publish(topic, msgs...)
 }
 

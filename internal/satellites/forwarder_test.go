@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -63,45 +64,49 @@ func newDispatch(t *testing.T, store persistence.Store, fwd public.Forwarder, re
 
 func TestForwarderDeliversAndRemovesInOneStep(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	store := memory.New()
-	_, err := store.Store(ctx, persistence.Timeout{ID: "t1", Destination: "dest", Due: time.Now(), Payload: []byte("p"), Metadata: map[string]string{"h": "v"}})
-	require.NoError(t, err)
-	fwd := &txForwarder{store: store}
-	d, _ := newDispatch(t, store, fwd, 0)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		store := memory.New()
+		_, err := store.Store(ctx, persistence.Timeout{ID: "t1", Destination: "dest", Due: time.Now(), Payload: []byte("p"), Metadata: map[string]string{"h": "v"}})
+		require.NoError(t, err)
+		fwd := &txForwarder{store: store}
+		d, _ := newDispatch(t, store, fwd, 0)
 
-	require.NoError(t, d.Handle(dispatcherqueue.Encode("t1")))
-	require.Len(t, fwd.sent, 1)
-	require.Equal(t, "t1", fwd.sent[0].UUID)
-	require.Equal(t, "v", fwd.sent[0].Metadata.Get("h"))
+		require.NoError(t, d.Handle(dispatcherqueue.Encode("t1")))
+		require.Len(t, fwd.sent, 1)
+		require.Equal(t, "t1", fwd.sent[0].UUID)
+		require.Equal(t, "v", fwd.sent[0].Metadata.Get("h"))
 
-	// The dispatcher message is redelivered: the timeout is gone, nothing is forwarded twice.
-	require.NoError(t, d.Handle(dispatcherqueue.Encode("t1")))
-	require.Len(t, fwd.sent, 1)
+		// The dispatcher message is redelivered: the timeout is gone, nothing is forwarded twice.
+		require.NoError(t, d.Handle(dispatcherqueue.Encode("t1")))
+		require.Len(t, fwd.sent, 1)
+	})
 }
 
 func TestForwarderFailureCountsAsAFailedForward(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	store := memory.New()
-	_, err := store.Store(ctx, persistence.Timeout{ID: "t2", Destination: "dest", Due: time.Now()})
-	require.NoError(t, err)
-	d, pubSub := newDispatch(t, store, &txForwarder{store: store, fail: errors.New("tx aborted")}, 1)
-	errs, err := pubSub.Subscribe(ctx, "error")
-	require.NoError(t, err)
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		store := memory.New()
+		_, err := store.Store(ctx, persistence.Timeout{ID: "t2", Destination: "dest", Due: time.Now()})
+		require.NoError(t, err)
+		d, pubSub := newDispatch(t, store, &txForwarder{store: store, fail: errors.New("tx aborted")}, 1)
+		errs, err := pubSub.Subscribe(ctx, "error")
+		require.NoError(t, err)
 
-	require.Error(t, d.Handle(dispatcherqueue.Encode("t2")), "first of two attempts: nacked for a retry")
-	require.NoError(t, d.Handle(dispatcherqueue.Encode("t2")), "second: to the error queue")
-	select {
-	case m := <-errs:
-		m.Ack()
-		require.Contains(t, m.Metadata.Get("failure.reason"), "tx aborted")
-		require.Equal(t, "2", m.Metadata.Get("failure.attempts"))
-	case <-time.After(5 * time.Second):
-		t.Fatal("nothing on the error queue")
-	}
-	_, err = store.Peek(ctx, "t2")
-	require.ErrorIs(t, err, persistence.ErrNotFound)
+		require.Error(t, d.Handle(dispatcherqueue.Encode("t2")), "first of two attempts: nacked for a retry")
+		require.NoError(t, d.Handle(dispatcherqueue.Encode("t2")), "second: to the error queue")
+		select {
+		case m := <-errs:
+			m.Ack()
+			require.Contains(t, m.Metadata.Get("failure.reason"), "tx aborted")
+			require.Equal(t, "2", m.Metadata.Get("failure.attempts"))
+		case <-time.After(5 * time.Second):
+			t.Fatal("nothing on the error queue")
+		}
+		_, err = store.Peek(ctx, "t2")
+		require.ErrorIs(t, err, persistence.ErrNotFound)
+	})
 }
 
 // txBatchForwarder stands in for a transport that forwards a batch and removes its timeouts in
@@ -115,7 +120,7 @@ type txBatchForwarder struct {
 }
 
 func (f *txBatchForwarder) ForwardMany(ctx context.Context, fs []public.Forwarding) ([]string, error) {
-	time.Sleep(f.slow)
+	time.Sleep(f.slow) // fake time in the tests' bubbles: a batch takes a while, as a commit does
 	if f.batchFail != nil && len(fs) > 1 {
 		return nil, f.batchFail
 	}
@@ -164,27 +169,29 @@ func setupBatchForwarder(t *testing.T, fwd *txBatchForwarder) *batchBundle {
 // goes through the publisher.
 func TestBatchForwarderForwardsTogetherEachOnce(t *testing.T) {
 	t.Parallel()
-	fwd := &txBatchForwarder{slow: 5 * time.Millisecond}
-	b := setupBatchForwarder(t, fwd)
-	ids := b.storeDue(t, 100, "payments", "shipping")
-	twice := append(append([]string(nil), ids...), ids[:50]...)
+	synctest.Test(t, func(t *testing.T) {
+		fwd := &txBatchForwarder{slow: 5 * time.Millisecond}
+		b := setupBatchForwarder(t, fwd)
+		ids := b.storeDue(t, 100, "payments", "shipping")
+		twice := append(append([]string(nil), ids...), ids[:50]...)
 
-	for _, err := range b.handleAll(twice) {
+		for _, err := range b.handleAll(twice) {
+			require.NoError(t, err)
+		}
+		got := fwd.delivered()
+		require.Len(t, got, len(ids))
+		for id, n := range got {
+			require.Equal(t, 1, n, "%s forwarded once", id)
+		}
+		for _, m := range fwd.sent {
+			require.Equal(t, m.UUID, m.Metadata.Get("trace-id"), "headers kept")
+		}
+		st, err := b.store.Stats(context.Background(), time.Now())
 		require.NoError(t, err)
-	}
-	got := fwd.delivered()
-	require.Len(t, got, len(ids))
-	for id, n := range got {
-		require.Equal(t, 1, n, "%s forwarded once", id)
-	}
-	for _, m := range fwd.sent {
-		require.Equal(t, m.UUID, m.Metadata.Get("trace-id"), "headers kept")
-	}
-	st, err := b.store.Stats(context.Background(), time.Now())
-	require.NoError(t, err)
-	require.Zero(t, st.Pending)
-	require.Zero(t, b.published.publishCalls(), "the forwarder delivers, not the publisher")
-	require.Less(t, len(fwd.batches), len(ids), "messages handled together are forwarded together")
+		require.Zero(t, st.Pending)
+		require.Zero(t, b.published.publishCalls(), "the forwarder delivers, not the publisher")
+		require.Less(t, len(fwd.batches), len(ids), "messages handled together are forwarded together")
+	})
 }
 
 // TestBatchForwarderFailureFallsBackToOneByOne: a batch that fails (rolled back) is forwarded
@@ -192,47 +199,51 @@ func TestBatchForwarderForwardsTogetherEachOnce(t *testing.T) {
 // through, each once.
 func TestBatchForwarderFailureFallsBackToOneByOne(t *testing.T) {
 	t.Parallel()
-	fwd := &txBatchForwarder{batchFail: errors.New("batch rolled back"), slow: 5 * time.Millisecond}
-	b := setupBatchForwarder(t, fwd)
-	ids := b.storeDue(t, 30, "payments")
+	synctest.Test(t, func(t *testing.T) {
+		fwd := &txBatchForwarder{batchFail: errors.New("batch rolled back"), slow: 5 * time.Millisecond}
+		b := setupBatchForwarder(t, fwd)
+		ids := b.storeDue(t, 30, "payments")
 
-	for _, err := range b.handleAll(ids) {
-		require.NoError(t, err)
-	}
-	got := fwd.delivered()
-	require.Len(t, got, len(ids))
-	for id, n := range got {
-		require.Equal(t, 1, n, "%s forwarded once", id)
-	}
-	for _, n := range fwd.batches {
-		require.Equal(t, 1, n, "no batch of many went through")
-	}
+		for _, err := range b.handleAll(ids) {
+			require.NoError(t, err)
+		}
+		got := fwd.delivered()
+		require.Len(t, got, len(ids))
+		for id, n := range got {
+			require.Equal(t, 1, n, "%s forwarded once", id)
+		}
+		for _, n := range fwd.batches {
+			require.Equal(t, 1, n, "no batch of many went through")
+		}
+	})
 }
 
 // TestBatchForwarderSkipsWhatIsGone: a timeout removed between the look-up and the forward (by
 // another instance) is not forwarded again, and its dispatcher message is acked.
 func TestBatchForwarderSkipsWhatIsGone(t *testing.T) {
 	t.Parallel()
-	fwd := &txBatchForwarder{slow: 20 * time.Millisecond}
-	b := setupBatchForwarder(t, fwd)
-	ids := b.storeDue(t, 40, "payments")
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		time.Sleep(10 * time.Millisecond) // while the first batch is being forwarded
-		_, _ = b.store.memStore.RemoveMany(context.Background(), ids[20:])
-	}()
-	for _, err := range b.handleAll(ids) {
+	synctest.Test(t, func(t *testing.T) {
+		fwd := &txBatchForwarder{slow: 20 * time.Millisecond}
+		b := setupBatchForwarder(t, fwd)
+		ids := b.storeDue(t, 40, "payments")
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(10 * time.Millisecond) // fake time: while the first batch is being forwarded
+			_, _ = b.store.memStore.RemoveMany(context.Background(), ids[20:])
+		}()
+		for _, err := range b.handleAll(ids) {
+			require.NoError(t, err)
+		}
+		wg.Wait()
+		for id, n := range fwd.delivered() {
+			require.Equal(t, 1, n, "%s forwarded once", id)
+		}
+		st, err := b.store.Stats(context.Background(), time.Now())
 		require.NoError(t, err)
-	}
-	wg.Wait()
-	for id, n := range fwd.delivered() {
-		require.Equal(t, 1, n, "%s forwarded once", id)
-	}
-	st, err := b.store.Stats(context.Background(), time.Now())
-	require.NoError(t, err)
-	require.Zero(t, st.Pending)
+		require.Zero(t, st.Pending)
+	})
 }
 
 var _ public.BatchForwarder = (*txBatchForwarder)(nil)
@@ -241,18 +252,20 @@ var _ public.BatchForwarder = (*txBatchForwarder)(nil)
 // ForwardMany, each exactly once, redelivery included.
 func TestManyIDMessageThroughABatchForwarder(t *testing.T) {
 	t.Parallel()
-	fwd := &txBatchForwarder{}
-	b := setupBatchForwarder(t, fwd)
-	ids := b.storeDue(t, 50, "payments")
-	msg := dispatcherqueue.Encode(ids...)
-	require.NoError(t, b.dispatch.Handle(msg))
-	require.NoError(t, b.dispatch.Handle(msg), "a redelivery")
-	got := fwd.delivered()
-	require.Len(t, got, len(ids))
-	for id, n := range got {
-		require.Equal(t, 1, n, "%s forwarded once", id)
-	}
-	fwd.mu.Lock()
-	defer fwd.mu.Unlock()
-	require.Equal(t, []int{50}, fwd.batches, "one ForwardMany for the message")
+	synctest.Test(t, func(t *testing.T) {
+		fwd := &txBatchForwarder{}
+		b := setupBatchForwarder(t, fwd)
+		ids := b.storeDue(t, 50, "payments")
+		msg := dispatcherqueue.Encode(ids...)
+		require.NoError(t, b.dispatch.Handle(msg))
+		require.NoError(t, b.dispatch.Handle(msg), "a redelivery")
+		got := fwd.delivered()
+		require.Len(t, got, len(ids))
+		for id, n := range got {
+			require.Equal(t, 1, n, "%s forwarded once", id)
+		}
+		fwd.mu.Lock()
+		defer fwd.mu.Unlock()
+		require.Equal(t, []int{50}, fwd.batches, "one ForwardMany for the message")
+	})
 }

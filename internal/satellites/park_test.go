@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	public "github.com/timeoutmill/timeoutmill/satellites"
@@ -144,58 +145,62 @@ func (b *parkBundle) peek(t *testing.T, id string) persistence.Timeout {
 
 func TestUnforwardableTimeoutIsParkedAndTheOthersOfItsBatchDelivered(t *testing.T) {
 	t.Parallel()
-	const wait = 300 * time.Millisecond
-	b := setupPark(t, wait, func(c *satellites.DispatchConfig) { c.NumberOfRetries = 1 })
-	ok := b.storeDue(t, 40, 10, "payments")
-	big := b.storeDue(t, 1, bigPayload, "payments")[0]
-	ids := append(append([]string(nil), ok...), big)
+	synctest.Test(t, func(t *testing.T) {
+		const wait = 300 * time.Millisecond
+		b := setupPark(t, wait, func(c *satellites.DispatchConfig) { c.NumberOfRetries = 1 })
+		ok := b.storeDue(t, 40, 10, "payments")
+		big := b.storeDue(t, 1, bigPayload, "payments")[0]
+		ids := append(append([]string(nil), ok...), big)
 
-	// The first attempt of the big one is refused and counted: nacked, the breaker armed.
-	errs := b.handleAll(ids)
-	for i, err := range errs[:len(ok)] {
-		require.NoError(t, err, "ordinary message %d of the batch is delivered and acked", i)
-	}
-	require.Error(t, errs[len(ok)], "one retry is left for the refused one")
-	requireEachOnce(t, b.published.to("payments"), ok)
-	require.Equal(t, 1, b.peek(t, big).FailureCount)
-	require.Empty(t, b.peek(t, big).Parked)
+		// The first attempt of the big one is refused and counted: nacked, the breaker armed.
+		errs := b.handleAll(ids)
+		for i, err := range errs[:len(ok)] {
+			require.NoError(t, err, "ordinary message %d of the batch is delivered and acked", i)
+		}
+		require.Error(t, errs[len(ok)], "one retry is left for the refused one")
+		requireEachOnce(t, b.published.to("payments"), ok)
+		require.Equal(t, 1, b.peek(t, big).FailureCount)
+		require.Empty(t, b.peek(t, big).Parked)
 
-	// The last attempt is refused, and so is the error queue's copy: parked and acked.
-	require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(big)), "a parked timeout's announcement is acked")
-	parked := b.peek(t, big)
-	require.Contains(t, parked.Parked, `forwarding to "payments" failed after 2 attempts`)
-	require.Contains(t, parked.Parked, "PRECONDITION_FAILED", "the forward's error")
-	require.Contains(t, parked.Parked, fmt.Sprintf("the error queue %q refused its copy too", wire.DefaultErrorQueue))
-	require.Equal(t, int64(1), b.parked.Load(), "OnParked told once")
-	require.Empty(t, b.published.to(wire.DefaultErrorQueue))
-	st, err := b.store.Stats(context.Background(), time.Now())
-	require.NoError(t, err)
-	require.Equal(t, 1, st.Pending)
-	require.Equal(t, 1, st.Parked)
-	require.Zero(t, st.DueNow+st.Claimed, "a parked timeout is neither due nor claimed")
+		// The last attempt is refused, and so is the error queue's copy: parked and acked.
+		require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(big)), "a parked timeout's announcement is acked")
+		parked := b.peek(t, big)
+		require.Contains(t, parked.Parked, `forwarding to "payments" failed after 2 attempts`)
+		require.Contains(t, parked.Parked, "PRECONDITION_FAILED", "the forward's error")
+		require.Contains(t, parked.Parked, fmt.Sprintf("the error queue %q refused its copy too", wire.DefaultErrorQueue))
+		require.Equal(t, int64(1), b.parked.Load(), "OnParked told once")
+		require.Empty(t, b.published.to(wire.DefaultErrorQueue))
+		st, err := b.store.Stats(context.Background(), time.Now())
+		require.NoError(t, err)
+		require.Equal(t, 1, st.Pending)
+		require.Equal(t, 1, st.Parked)
+		require.Zero(t, st.DueNow+st.Claimed, "a parked timeout is neither due nor claimed")
 
-	// A redelivered announcement of a parked timeout is acked without a forward.
-	refusals := b.published.refusals.Load()
-	require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(big)))
-	require.Equal(t, refusals, b.published.refusals.Load(), "a parked timeout is not forwarded")
+		// A redelivered announcement of a parked timeout is acked without a forward.
+		refusals := b.published.refusals.Load()
+		require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(big)))
+		require.Equal(t, refusals, b.published.refusals.Load(), "a parked timeout is not forwarded")
 
-	require.False(t, b.breaker.Armed(), "the parking ended the failures that led to it")
-	time.Sleep(2 * wait)
-	require.Empty(t, b.trips.all(), "no critical error: the endpoint goes on")
-	later := b.storeDue(t, 1, 10, "payments")
-	require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(later[0])))
-	require.Len(t, b.published.to("payments"), len(ok)+1, "and still delivers")
+		require.False(t, b.breaker.Armed(), "the parking ended the failures that led to it")
+		time.Sleep(2 * wait) // advances fake time past the breaker's wait
+		require.Empty(t, b.trips.all(), "no critical error: the endpoint goes on")
+		later := b.storeDue(t, 1, 10, "payments")
+		require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(later[0])))
+		require.Len(t, b.published.to("payments"), len(ok)+1, "and still delivers")
+	})
 }
 
 func TestUnforwardableTimeoutIsParkedOnItsFirstAttemptByDefault(t *testing.T) {
 	t.Parallel()
-	b := setupPark(t, time.Hour, nil)
-	big := b.storeDue(t, 1, bigPayload, "payments")[0]
-	require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(big)))
-	parked := b.peek(t, big)
-	require.Contains(t, parked.Parked, "after 1 attempt:")
-	require.Equal(t, 1, parked.FailureCount)
-	require.False(t, b.breaker.Armed())
+	synctest.Test(t, func(t *testing.T) {
+		b := setupPark(t, time.Hour, nil)
+		big := b.storeDue(t, 1, bigPayload, "payments")[0]
+		require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(big)))
+		parked := b.peek(t, big)
+		require.Contains(t, parked.Parked, "after 1 attempt:")
+		require.Equal(t, 1, parked.FailureCount)
+		require.False(t, b.breaker.Armed())
+	})
 }
 
 // A refused error-queue copy that says nothing of the message is retried, never parked.
@@ -227,56 +232,60 @@ func TestErrorQueueFailingWithTheConnectionOrAContextDoesNotPark(t *testing.T) {
 // retried at the breaker's pace until the breaker trips.
 func TestStoreWithoutParkerRetriesUntilTheBreakerTrips(t *testing.T) {
 	t.Parallel()
-	const wait = 300 * time.Millisecond
-	trips := &tripLog{}
-	b := setupDispatch(t, func(c *satellites.DispatchConfig) {
-		breaker, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
-			Name: "dispatch", TimeToWait: wait, Message: critical.DispatchMessage,
-			RetryDelay: 20 * time.Millisecond, OnTrip: trips.record,
+	synctest.Test(t, func(t *testing.T) {
+		const wait = 300 * time.Millisecond
+		trips := &tripLog{}
+		b := setupDispatch(t, func(c *satellites.DispatchConfig) {
+			breaker, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
+				Name: "dispatch", TimeToWait: wait, Message: critical.DispatchMessage,
+				RetryDelay: 20 * time.Millisecond, OnTrip: trips.record,
+			})
+			require.NoError(t, err)
+			t.Cleanup(breaker.Stop)
+			c.Breaker = breaker
+			p := &sizeLimitPublisher{}
+			c.Publisher, c.ErrorQueue = p, errorqueue.New(p, "")
 		})
+		_, isParker := any(b.store).(persistence.Parker)
+		require.False(t, isParker)
+		timeout := persistence.Timeout{ID: watermill.NewUUID(), Destination: "payments", Due: time.Now(), Payload: make([]byte, bigPayload)}
+		_, err := b.store.Store(context.Background(), timeout)
 		require.NoError(t, err)
-		t.Cleanup(breaker.Stop)
-		c.Breaker = breaker
-		p := &sizeLimitPublisher{}
-		c.Publisher, c.ErrorQueue = p, errorqueue.New(p, "")
-	})
-	_, isParker := any(b.store).(persistence.Parker)
-	require.False(t, isParker)
-	timeout := persistence.Timeout{ID: watermill.NewUUID(), Destination: "payments", Due: time.Now(), Payload: make([]byte, bigPayload)}
-	_, err := b.store.Store(context.Background(), timeout)
-	require.NoError(t, err)
 
-	start := time.Now()
-	for len(trips.all()) == 0 {
-		require.Less(t, time.Since(start), time.Minute, "the breaker trips")
-		err := b.dispatch.Handle(dispatcherqueue.Encode(timeout.ID))
-		require.ErrorContains(t, err, "PRECONDITION_FAILED", "nacked")
-	}
-	require.Contains(t, trips.all()[0].Message, critical.DispatchMessage)
-	kept, err := b.store.Peek(context.Background(), timeout.ID)
-	require.NoError(t, err, "kept")
-	require.Empty(t, kept.Parked)
+		start := time.Now()
+		for len(trips.all()) == 0 {
+			require.Less(t, time.Since(start), time.Minute, "the breaker trips")
+			err := b.dispatch.Handle(dispatcherqueue.Encode(timeout.ID))
+			require.ErrorContains(t, err, "PRECONDITION_FAILED", "nacked")
+		}
+		require.Contains(t, trips.all()[0].Message, critical.DispatchMessage)
+		kept, err := b.store.Peek(context.Background(), timeout.ID)
+		require.NoError(t, err, "kept")
+		require.Empty(t, kept.Parked)
+	})
 }
 
 func TestParkFailingIsRetriedAtTheBreakersPace(t *testing.T) {
 	t.Parallel()
-	b := setupPark(t, time.Hour, nil)
-	errDown := errors.New("store refused the update")
-	b.store.failParks(errDown)
-	big := b.storeDue(t, 1, bigPayload, "payments")[0]
+	synctest.Test(t, func(t *testing.T) {
+		b := setupPark(t, time.Hour, nil)
+		errDown := errors.New("store refused the update")
+		b.store.failParks(errDown)
+		big := b.storeDue(t, 1, bigPayload, "payments")[0]
 
-	err := b.dispatch.Handle(dispatcherqueue.Encode(big))
-	require.ErrorIs(t, err, errDown, "nacked")
-	require.ErrorContains(t, err, "PRECONDITION_FAILED", "the error names why it was to be parked")
-	require.True(t, b.breaker.Armed(), "counted as a dispatch failure")
-	require.Empty(t, b.peek(t, big).Parked)
-	require.Zero(t, b.parked.Load())
+		err := b.dispatch.Handle(dispatcherqueue.Encode(big))
+		require.ErrorIs(t, err, errDown, "nacked")
+		require.ErrorContains(t, err, "PRECONDITION_FAILED", "the error names why it was to be parked")
+		require.True(t, b.breaker.Armed(), "counted as a dispatch failure")
+		require.Empty(t, b.peek(t, big).Parked)
+		require.Zero(t, b.parked.Load())
 
-	b.store.failParks(nil)
-	require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(big)), "the redelivery parks it")
-	require.NotEmpty(t, b.peek(t, big).Parked)
-	require.Equal(t, 2, b.peek(t, big).FailureCount, "each attempt counted")
-	require.False(t, b.breaker.Armed())
+		b.store.failParks(nil)
+		require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(big)), "the redelivery parks it")
+		require.NotEmpty(t, b.peek(t, big).Parked)
+		require.Equal(t, 2, b.peek(t, big).FailureCount, "each attempt counted")
+		require.False(t, b.breaker.Armed())
+	})
 }
 
 // sizeLimitForwarder is a BatchForwarder, as the exactly-once forwarder is, that refuses a batch
@@ -312,39 +321,43 @@ func (f *sizeLimitForwarder) ForwardMany(ctx context.Context, fs []public.Forwar
 
 func TestUnforwardableTimeoutIsParkedThroughABatchForwarder(t *testing.T) {
 	t.Parallel()
-	fwd := &sizeLimitForwarder{}
-	b := setupPark(t, time.Hour, func(c *satellites.DispatchConfig) {
-		fwd.store = c.Store.(*parkingStore)
-		c.Forwarder = fwd
-	})
-	ok := b.storeDue(t, 30, 10, "payments")
-	big := b.storeDue(t, 1, bigPayload, "payments")[0]
+	synctest.Test(t, func(t *testing.T) {
+		fwd := &sizeLimitForwarder{}
+		b := setupPark(t, time.Hour, func(c *satellites.DispatchConfig) {
+			fwd.store = c.Store.(*parkingStore)
+			c.Forwarder = fwd
+		})
+		ok := b.storeDue(t, 30, 10, "payments")
+		big := b.storeDue(t, 1, bigPayload, "payments")[0]
 
-	for i, err := range b.handleAll(append(append([]string(nil), ok...), big)) {
-		require.NoError(t, err, "message %d acked", i)
-	}
-	fwd.mu.Lock()
-	require.ElementsMatch(t, ok, fwd.forwarded, "the others of the batch are forwarded")
-	fwd.mu.Unlock()
-	parked := b.peek(t, big)
-	require.Contains(t, parked.Parked, "invalid memory alloc request size")
-	require.Contains(t, parked.Parked, "PRECONDITION_FAILED", "the error queue's refusal")
-	require.False(t, b.breaker.Armed())
+		for i, err := range b.handleAll(append(append([]string(nil), ok...), big)) {
+			require.NoError(t, err, "message %d acked", i)
+		}
+		fwd.mu.Lock()
+		require.ElementsMatch(t, ok, fwd.forwarded, "the others of the batch are forwarded")
+		fwd.mu.Unlock()
+		parked := b.peek(t, big)
+		require.Contains(t, parked.Parked, "invalid memory alloc request size")
+		require.Contains(t, parked.Parked, "PRECONDITION_FAILED", "the error queue's refusal")
+		require.False(t, b.breaker.Armed())
+	})
 }
 
 // A message moved to the error queue after its retries is handled: the failures counted on the
 // way there leave the dispatch breaker disarmed, as parking does.
 func TestMovingToTheErrorQueueDisarmsTheBreaker(t *testing.T) {
 	t.Parallel()
-	b := setupPark(t, time.Hour, func(c *satellites.DispatchConfig) { c.NumberOfRetries = 2 })
-	b.published.refuse("payments")
-	ids := b.storeDue(t, 1, 10, "payments")
+	synctest.Test(t, func(t *testing.T) {
+		b := setupPark(t, time.Hour, func(c *satellites.DispatchConfig) { c.NumberOfRetries = 2 })
+		b.published.refuse("payments")
+		ids := b.storeDue(t, 1, 10, "payments")
 
-	for range 2 {
-		require.Error(t, b.dispatch.Handle(dispatcherqueue.Encode(ids[0])), "a retry: nacked")
-	}
-	require.True(t, b.breaker.Armed(), "the retries are counted")
-	require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(ids[0])), "the third attempt moves it to the error queue")
-	require.False(t, b.breaker.Armed(), "moved to the error queue: handled")
-	require.Zero(t, b.parked.Load())
+		for range 2 {
+			require.Error(t, b.dispatch.Handle(dispatcherqueue.Encode(ids[0])), "a retry: nacked")
+		}
+		require.True(t, b.breaker.Armed(), "the retries are counted")
+		require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(ids[0])), "the third attempt moves it to the error queue")
+		require.False(t, b.breaker.Armed(), "moved to the error queue: handled")
+		require.Zero(t, b.parked.Load())
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -61,74 +62,80 @@ func handleConcurrently(s *satellites.Store, msgs []*message.Message) []error {
 
 func TestBatchStoreStoresEachOnceAndAcksRedeliveries(t *testing.T) {
 	t.Parallel()
-	b := setupBatch(t, nil)
-	var mu sync.Mutex
-	woken := 0
-	s := b.storeSatellite(t, func(time.Time) { mu.Lock(); woken++; mu.Unlock() })
-	due := time.Now().Add(time.Hour)
-	var msgs []*message.Message
-	for i := range 200 {
-		msgs = append(msgs, delayedMessage(fmt.Sprintf("m-%d", i), "payments", due))
-	}
-	redelivered := msgs[:20]
+	synctest.Test(t, func(t *testing.T) {
+		b := setupBatch(t, nil)
+		var mu sync.Mutex
+		woken := 0
+		s := b.storeSatellite(t, func(time.Time) { mu.Lock(); woken++; mu.Unlock() })
+		due := time.Now().Add(time.Hour)
+		var msgs []*message.Message
+		for i := range 200 {
+			msgs = append(msgs, delayedMessage(fmt.Sprintf("m-%d", i), "payments", due))
+		}
+		redelivered := msgs[:20]
 
-	for _, err := range handleConcurrently(s, append(append([]*message.Message(nil), msgs...), redelivered...)) {
+		for _, err := range handleConcurrently(s, append(append([]*message.Message(nil), msgs...), redelivered...)) {
+			require.NoError(t, err)
+		}
+		st, err := b.store.Stats(context.Background(), time.Now())
 		require.NoError(t, err)
-	}
-	st, err := b.store.Stats(context.Background(), time.Now())
-	require.NoError(t, err)
-	require.Equal(t, 200, st.Pending)
-	require.Equal(t, 200, woken, "the poller hears of each new timeout once")
-	got, err := b.store.Peek(context.Background(), "m-7")
-	require.NoError(t, err)
-	require.Equal(t, "charge m-7", string(got.Payload))
-	require.Equal(t, "m-7", got.Metadata["trace-id"])
-	require.Empty(t, got.Metadata[wire.HeaderDestination], "routing headers are not kept")
-	require.Empty(t, b.published.to(wire.DefaultErrorQueue))
+		require.Equal(t, 200, st.Pending)
+		require.Equal(t, 200, woken, "the poller hears of each new timeout once")
+		got, err := b.store.Peek(context.Background(), "m-7")
+		require.NoError(t, err)
+		require.Equal(t, "charge m-7", string(got.Payload))
+		require.Equal(t, "m-7", got.Metadata["trace-id"])
+		require.Empty(t, got.Metadata[wire.HeaderDestination], "routing headers are not kept")
+		require.Empty(t, b.published.to(wire.DefaultErrorQueue))
+	})
 }
 
 func TestBatchStoreSendsAReusedUUIDToTheErrorQueue(t *testing.T) {
 	t.Parallel()
-	b := setupBatch(t, nil)
-	s := b.storeSatellite(t, nil)
-	due := time.Now().Add(time.Hour)
-	msgs := []*message.Message{delayedMessage("same", "payments", due), delayedMessage("other", "payments", due)}
-	for _, err := range handleConcurrently(s, msgs) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setupBatch(t, nil)
+		s := b.storeSatellite(t, nil)
+		due := time.Now().Add(time.Hour)
+		msgs := []*message.Message{delayedMessage("same", "payments", due), delayedMessage("other", "payments", due)}
+		for _, err := range handleConcurrently(s, msgs) {
+			require.NoError(t, err)
+		}
+		var clash []*message.Message
+		for i := range 10 {
+			clash = append(clash, delayedMessage(fmt.Sprintf("new-%d", i), "payments", due))
+		}
+		clash = append(clash, delayedMessage("same", "shipping", due))
+		for _, err := range handleConcurrently(s, clash) {
+			require.NoError(t, err)
+		}
+		failed := b.published.only(t, wire.DefaultErrorQueue)
+		require.Equal(t, "same", failed.UUID)
+		require.Contains(t, failed.Metadata.Get(wire.HeaderFailureReason), "reuses its UUID")
+		kept, err := b.store.Peek(context.Background(), "same")
 		require.NoError(t, err)
-	}
-	var clash []*message.Message
-	for i := range 10 {
-		clash = append(clash, delayedMessage(fmt.Sprintf("new-%d", i), "payments", due))
-	}
-	clash = append(clash, delayedMessage("same", "shipping", due))
-	for _, err := range handleConcurrently(s, clash) {
-		require.NoError(t, err)
-	}
-	failed := b.published.only(t, wire.DefaultErrorQueue)
-	require.Equal(t, "same", failed.UUID)
-	require.Contains(t, failed.Metadata.Get(wire.HeaderFailureReason), "reuses its UUID")
-	kept, err := b.store.Peek(context.Background(), "same")
-	require.NoError(t, err)
-	require.Equal(t, "payments", kept.Destination, "the first stays")
+		require.Equal(t, "payments", kept.Destination, "the first stays")
+	})
 }
 
 func TestBatchStoreFallsBackToOneByOneWhenTheBatchFails(t *testing.T) {
 	t.Parallel()
-	b := setupBatch(t, nil)
-	b.store.storeErr = errors.New("deadlock detected")
-	s := b.storeSatellite(t, nil)
-	due := time.Now().Add(time.Hour)
-	var msgs []*message.Message
-	for i := range 50 {
-		msgs = append(msgs, delayedMessage(fmt.Sprintf("m-%d", i), "payments", due))
-	}
-	bad := delayedMessage("bad", "payments", due)
-	bad.Metadata.Set(wire.HeaderExpire, "tomorrow")
-	for _, err := range handleConcurrently(s, append(msgs, bad)) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setupBatch(t, nil)
+		b.store.storeErr = errors.New("deadlock detected")
+		s := b.storeSatellite(t, nil)
+		due := time.Now().Add(time.Hour)
+		var msgs []*message.Message
+		for i := range 50 {
+			msgs = append(msgs, delayedMessage(fmt.Sprintf("m-%d", i), "payments", due))
+		}
+		bad := delayedMessage("bad", "payments", due)
+		bad.Metadata.Set(wire.HeaderExpire, "tomorrow")
+		for _, err := range handleConcurrently(s, append(msgs, bad)) {
+			require.NoError(t, err)
+		}
+		st, err := b.store.Stats(context.Background(), time.Now())
 		require.NoError(t, err)
-	}
-	st, err := b.store.Stats(context.Background(), time.Now())
-	require.NoError(t, err)
-	require.Equal(t, 50, st.Pending)
-	require.Equal(t, "bad", b.published.only(t, wire.DefaultErrorQueue).UUID, "an unreadable message is rejected as ever")
+		require.Equal(t, 50, st.Pending)
+		require.Equal(t, "bad", b.published.only(t, wire.DefaultErrorQueue).UUID, "an unreadable message is rejected as ever")
+	})
 }
