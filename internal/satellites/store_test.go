@@ -18,11 +18,18 @@ import (
 	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
 	"github.com/timeoutmill/timeoutmill/internal/satellites"
 	"github.com/timeoutmill/timeoutmill/internal/wireparse"
+	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
 // storeSatellite returns a store satellite on b's store and publisher.
 func (b *batchBundle) storeSatellite(t *testing.T, stored func(time.Time)) *satellites.Store {
+	t.Helper()
+	return storeSatelliteOn(t, b.store, b.published, stored)
+}
+
+// storeSatelliteOn returns a store satellite on store, its error queue on published.
+func storeSatelliteOn(t *testing.T, store persistence.Store, published message.Publisher, stored func(time.Time)) *satellites.Store {
 	t.Helper()
 	breaker, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
 		Name: "store", TimeToWait: time.Hour, Message: critical.StoreMessage,
@@ -31,7 +38,7 @@ func (b *batchBundle) storeSatellite(t *testing.T, stored func(time.Time)) *sate
 	require.NoError(t, err)
 	t.Cleanup(breaker.Stop)
 	s, err := satellites.NewStore(satellites.StoreConfig{
-		Endpoint: endpoint, Store: b.store, ErrorQueue: errorqueue.New(b.published, ""),
+		Endpoint: endpoint, Store: store, ErrorQueue: errorqueue.New(published, ""),
 		Breaker: breaker, OnStored: stored,
 	}, watermill.NopLogger{})
 	require.NoError(t, err)
