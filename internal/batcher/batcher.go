@@ -1,6 +1,6 @@
-// Package batcher gathers the items that concurrent callers hand in at the same time into
-// batches. It has no goroutine of its own: a caller leads a batch, then hands the turn on.
-// The satellites use it to store and dispatch many messages with one store call.
+// Package batcher gathers the items that concurrent callers hand in at the same time into batches.
+// It has no goroutine of its own: a caller leads a batch, then hands the turn on. The satellites
+// use it to store and dispatch many messages with one store call.
 package batcher
 
 import (
@@ -19,8 +19,8 @@ type Config struct {
 	Max int
 	// MaxBatchers bounds the batches handled at once. Defaults to 1.
 	MaxBatchers int
-	// MinParallel is how many waiting items start a further batch beside running ones.
-	// Fewer wait for a running batch to finish. Defaults to 1.
+	// MinParallel is how many waiting items start a further batch beside running ones. Fewer wait
+	// for a running batch to finish. Defaults to 1.
 	MinParallel int
 }
 
@@ -45,8 +45,8 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Request is one item waiting for its batch.
-// For a satellite it is a message, or one id of a dispatcher message that carries many.
+// Request is one item waiting for its batch. For a satellite it is a message, or one id of a
+// dispatcher message that carries many.
 type Request[T any] struct {
 	Item    T
 	index   int           // the item's place among those of its Do call
@@ -61,18 +61,16 @@ type result struct {
 	err   error
 }
 
-// Finish answers the request: Do returns err for its item.
-// Each request must be answered once.
+// Finish answers the request: Do returns err for its item. Each request must be answered once.
 func (r *Request[T]) Finish(err error) { r.results <- result{index: r.index, err: err} }
 
 // Keyed is an item that no two batches may handle at the same time as another item with its key.
 type Keyed interface{ Key() string }
 
-// Batcher gathers the items handed in at the same time into batches.
-// A caller that finds fewer than MaxBatchers batches running handles the queue itself.
-// When done, it hands the turn to a waiting caller.
-// So batches form while the previous one waits on the store or the broker,
-// and a lone item is handled at once.
+// Batcher gathers the items handed in at the same time into batches. A caller that finds fewer than
+// MaxBatchers batches running handles the queue itself. When done, it hands the turn to a waiting
+// caller. So batches form while the previous one waits on the store or the broker, and a lone item
+// is handled at once.
 type Batcher[T any] struct {
 	cfg    Config
 	handle func(batch []*Request[T])
@@ -85,9 +83,8 @@ type Batcher[T any] struct {
 	busy busyKeys // the keys the running batches handle, for exclusive
 }
 
-// New returns a Batcher that hands each batch it forms to handle.
-// handle must Finish every request of its batch.
-// Batches of Keyed items go through exclusive (see there).
+// New returns a Batcher that hands each batch it forms to handle. handle must Finish every request
+// of its batch. Batches of Keyed items go through exclusive (see there).
 func New[T any](cfg Config, handle func(batch []*Request[T])) (*Batcher[T], error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -95,8 +92,8 @@ func New[T any](cfg Config, handle func(batch []*Request[T])) (*Batcher[T], erro
 	return &Batcher[T]{cfg: cfg.withDefaults(), handle: handle}, nil
 }
 
-// busyKeys are the keys that running batches are handling.
-// Each has a channel, closed when its batch is done with it.
+// busyKeys are the keys that running batches are handling. Each has a channel, closed when its
+// batch is done with it.
 type busyKeys struct {
 	mu   sync.Mutex
 	keys map[string]chan struct{}
@@ -111,12 +108,11 @@ func (b *Batcher[T]) handleBatch(batch []*Request[T]) {
 	b.handle(batch)
 }
 
-// exclusive handles batch with handle, never beside another batch that holds the same key.
-// A request whose key another batch holds waits until that batch is done with it.
-// Then it is handled (a dispatch then finds its timeout gone).
-// So two announcements of one id that arrive together are never forwarded side by side.
-// handle must not wait for another batch of b, nor call exclusive.
-// It may call itself: a batch's own retries hold its keys already.
+// exclusive handles batch with handle, never beside another batch that holds the same key. A
+// request whose key another batch holds waits until that batch is done with it. Then it is handled
+// (a dispatch then finds its timeout gone). So two announcements of one id that arrive together are
+// never forwarded side by side. handle must not wait for another batch of b, nor call exclusive. It
+// may call itself: a batch's own retries hold its keys already.
 func (b *Batcher[T]) exclusive(batch []*Request[T], key func(T) string, handle func(batch []*Request[T])) {
 	for len(batch) > 0 {
 		var free, held []*Request[T]
@@ -159,9 +155,9 @@ func (b *Batcher[T]) exclusive(batch []*Request[T], key func(T) string, handle f
 	}
 }
 
-// Do handles items with whatever else is waiting, and returns their results in their order.
-// The items of one call join the queue together, so they share a batch as far as Max allows.
-// Several batches start at once when enough items wait.
+// Do handles items with whatever else is waiting, and returns their results in their order. The
+// items of one call join the queue together, so they share a batch as far as Max allows. Several
+// batches start at once when enough items wait.
 func (b *Batcher[T]) Do(items ...T) []error {
 	results := make(chan result, len(items))
 	lead := make(chan struct{}, len(items))
@@ -169,8 +165,8 @@ func (b *Batcher[T]) Do(items ...T) []error {
 	for i, item := range items {
 		b.queue = append(b.queue, &Request[T]{Item: item, index: i, results: results, lead: lead})
 	}
-	// One caller leads when none is running.
-	// Another leads for each further MinParallel waiting items, up to MaxBatchers.
+	// One caller leads when none is running. Another leads for each further MinParallel waiting
+	// items, up to MaxBatchers.
 	starts, waiting := 0, len(b.queue)-b.head
 	if b.running == 0 {
 		starts, waiting = 1, waiting-min(waiting, b.cfg.Max)
@@ -180,8 +176,8 @@ func (b *Batcher[T]) Do(items ...T) []error {
 	}
 	b.running += starts
 	b.mu.Unlock()
-	// A call with one item leads on its own goroutine: it has nothing else to attend to.
-	// A call with many leads on new goroutines, so that it answers each telling at once.
+	// A call with one item leads on its own goroutine: it has nothing else to attend to. A call
+	// with many leads on new goroutines, so that it answers each telling at once.
 	lead1 := b.lead
 	if len(items) > 1 {
 		lead1 = func() { go b.lead() }
@@ -199,9 +195,8 @@ func (b *Batcher[T]) Do(items ...T) []error {
 			lead1()
 		}
 	}
-	// An item is told to lead only while it waits, before its result.
-	// A telling that came with the last results must still be followed,
-	// or the queue would wait for nobody.
+	// An item is told to lead only while it waits, before its result. A telling that came with the
+	// last results must still be followed, or the queue would wait for nobody.
 	for {
 		select {
 		case <-lead:
@@ -239,8 +234,8 @@ func (b *Batcher[T]) lead() {
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	// Only an item still in the queue is told to lead, and only once.
-	// It leaves the queue under this lock, so an answered Do call is never told.
+	// Only an item still in the queue is told to lead, and only once. It leaves the queue under
+	// this lock, so an answered Do call is never told.
 	for _, r := range b.queue[b.head:] {
 		if !r.told {
 			r.told = true
@@ -251,8 +246,8 @@ func (b *Batcher[T]) lead() {
 	b.running--
 }
 
-// FirstOfEach splits batch into the first request for each key and the later ones.
-// A redelivered message may meet its first delivery in one batch: it must not be handled twice.
+// FirstOfEach splits batch into the first request for each key and the later ones. A redelivered
+// message may meet its first delivery in one batch: it must not be handled twice.
 func FirstOfEach[T any](batch []*Request[T], key func(T) string) (first, again []*Request[T]) {
 	seen := make(map[string]bool, len(batch))
 	for _, r := range batch {
@@ -267,9 +262,9 @@ func FirstOfEach[T any](batch []*Request[T], key func(T) string) (first, again [
 	return first, again
 }
 
-// EachAlone handles each request as a batch of its own, all at the same time.
-// A satellite retries a failed batch this way, through the same calls.
-// So one bad timeout touches no other, and each failure waits out its breaker's delay on its own.
+// EachAlone handles each request as a batch of its own, all at the same time. A satellite retries a
+// failed batch this way, through the same calls. So one bad timeout touches no other, and each
+// failure waits out its breaker's delay on its own.
 func EachAlone[T any](reqs []*Request[T], handle func(batch []*Request[T])) {
 	var wg sync.WaitGroup
 	for _, r := range reqs {

@@ -9,12 +9,12 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-// connectionLost answers a forward that failed because the connection to the broker or database
-// failed (closed, lost, being made again: see internal/connloss). That says nothing of the
-// message, so it is not counted as an attempt and never sends the message to the error queue,
-// whatever NumberOfRetries: the dispatch breaker paces the retry (its RetryDelay) and raises a
-// critical error if the connection stays away longer than its wait, and the dispatcher message is
-// nacked, so the forward is tried again once the connection is back.
+// connectionLost answers a forward that failed with the connection to the broker or database. The
+// connection was closed, lost, or is being made again (see internal/connloss). That says nothing of
+// the message: it counts no attempt, whatever NumberOfRetries. It never sends the message to the
+// error queue. The dispatch breaker paces the retry (its RetryDelay). It raises a critical error if
+// the connection stays away longer than its wait. The dispatcher message is nacked, so the forward
+// is tried again once the connection is back.
 func (d *Dispatch) connectionLost(ctx context.Context, t persistence.Timeout, cause error) error {
 	d.logger.Info("Forwarding a due message failed with the connection; not counted as an attempt, retried when it is back",
 		watermill.LogFields{"timeout_id": t.ID, "destination": t.Destination, "error": cause.Error()})

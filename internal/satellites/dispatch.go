@@ -32,46 +32,45 @@ type DispatchConfig struct {
 	Store persistence.Store
 	// Publisher delivers due messages to their destinations. Required.
 	Publisher message.Publisher
-	// ErrorQueue receives timeouts that could not be forwarded and malformed dispatcher
-	// messages. Required.
+	// ErrorQueue receives the timeouts that could not be forwarded. It also receives malformed
+	// dispatcher messages. Required.
 	ErrorQueue *errorqueue.Queue
 	// Breaker watches storage and forwarding failures (TimeToTriggerDispatchCircuitBreaker).
 	// Required.
 	Breaker *breaker.CircuitBreaker
-	// NumberOfRetries is how many times forwarding a due message is retried after its first
-	// failed attempt before it goes to the error queue: 0 means one attempt in all. A forward
-	// that failed with the connection is not an attempt (see connectionLost).
+	// NumberOfRetries is how often a failed forward is retried before the error queue. 0 means one
+	// attempt in all. A forward that failed with the connection is not an attempt (see
+	// connectionLost).
 	NumberOfRetries int
-	// RecoveryBreaker counts failures to record a failed forwarding attempt
+	// RecoveryBreaker counts failures to record a failed forward
 	// (MaximumRecoveryFailuresPerSecond). Optional.
 	RecoveryBreaker *breaker.RateBreaker
-	// Forwarder, when set, delivers each due message and removes its timeout in one step (exactly
-	// once, where the transport shares the store's database). Defaults to publishing with
+	// Forwarder, when set, delivers each due message and removes its timeout in one step. That is
+	// exactly once where the transport shares the store's database. Defaults to publishing with
 	// Publisher, then removing from Store (at least once).
 	Forwarder satellites.Forwarder
 	// OnDispatched is told of each timeout delivered and when. Optional (metrics use it).
 	OnDispatched func(t persistence.Timeout, deliveredAt time.Time)
-	// OnParked is told of each timeout parked (see persistence.Parker): its forward and its
+	// OnParked is told of each timeout parked (see persistence.Parker). Its forward and its
 	// error-queue copy were both refused. Optional (metrics use it).
 	OnParked func(t persistence.Timeout)
-	// Stopping reports whether the endpoint's stop has begun. A forward that fails then is the
-	// stop's doing: it is not counted as an attempt, never sends the message to the error queue,
-	// and nacks the dispatcher message, leaving the timeout in the store. Optional.
+	// Stopping reports whether the endpoint's stop has begun. Optional. A forward that fails then
+	// is the stop's doing: it counts no attempt. It never sends the message to the error queue. It
+	// nacks the dispatcher message and leaves the timeout in the store.
 	Stopping func() bool
-	// Interrupted reports whether a publish that returned without an error may nevertheless not
-	// have reached its subscriber (Watermill's GoChannel, once its stop has begun: it discards
-	// what it holds when it closes). Such a forward is not counted as delivered: its timeout is
-	// kept and its dispatcher message nacked, a possible duplicate rather than a loss. Optional.
+	// Interrupted reports whether a publish without error may not have reached its subscriber.
+	// Watermill's GoChannel does so once its stop has begun: it discards what it holds when it
+	// closes. Such a forward is not counted as delivered: its timeout is kept and its message
+	// nacked. That is a possible duplicate rather than a loss. Optional.
 	Interrupted func() bool
-	// MaxBatch bounds how many due timeouts are dispatched together when several dispatcher
-	// messages are handled at once (a subscriber with several consumers). Defaults to
-	// DefaultMaxBatch; 1 makes every batch a batch of one. A Forwarder that is not a
-	// BatchForwarder forwards a batch one timeout at a time.
+	// MaxBatch bounds the due timeouts dispatched together. Batches form when several dispatcher
+	// messages are handled at once (several consumers). Defaults to DefaultMaxBatch; 1 makes every
+	// batch a batch of one. A Forwarder that is not a BatchForwarder forwards a batch one timeout
+	// at a time.
 	MaxBatch int
-	// Now reads the store's clock, never ahead of it: a time the store's clock has certainly
-	// reached (see internal/storeclock). It decides when a held announcement's ids may be looked
-	// up and whether a timeout is due, so that nothing is forwarded early by the store's clock.
-	// Defaults to time.Now.
+	// Now reads the store's clock, never ahead of it (see internal/storeclock). It decides when a
+	// held announcement's ids are looked up, and whether a timeout is due. So nothing is forwarded
+	// early by the store's clock. Defaults to time.Now.
 	Now func() time.Time
 }
 
@@ -97,10 +96,10 @@ func (c DispatchConfig) Validate() error {
 	return nil
 }
 
-// Dispatch is the satellite on an endpoint's TimeoutsDispatcher queue: for each due id it looks
-// the timeout up, forwards the message to its destination unchanged (same UUID, payload and
-// headers, less the routing headers), then removes it. Delivery is at least once: a crash between
-// forward and remove forwards the message again.
+// Dispatch is the satellite on an endpoint's TimeoutsDispatcher queue. For each due id it looks the
+// timeout up, forwards its message, then removes it. The message goes unchanged: same UUID, payload
+// and headers, less the routing headers. Delivery is at least once: a crash between forward and
+// remove forwards it again.
 type Dispatch struct {
 	cfg       DispatchConfig
 	queue     string
@@ -148,19 +147,18 @@ func (d *Dispatch) Name() string { return d.queue }
 // Queue is the endpoint's TimeoutsDispatcher queue.
 func (d *Dispatch) Queue() string { return d.queue }
 
-// maxHold bounds how long Handle waits for the time a dispatcher message says its ids are due by
-// (dispatcherqueue.HeaderDispatchAt): a poller announces ahead by a few tens of milliseconds. The ids of a
-// message that says a later time are looked up at once, and those not due are given back to the
-// store (never early).
+// maxHold bounds how long Handle waits for an announcement's due time
+// (dispatcherqueue.HeaderDispatchAt). A poller announces a few tens of milliseconds ahead. The ids
+// of a message that says a later time are looked up at once. Those not due go back to the store
+// (never early).
 const maxHold = time.Second
 
-// Handle dispatches the timeouts whose ids msg carries, together with the ids of other messages
-// being handled at the same time. A message that says when its ids are due
-// (dispatcherqueue.HeaderDispatchAt) is held until then, up to maxHold, before they are looked up: the
-// store is read at the due time, so a Cancel until then still wins. It acks msg (returns nil)
-// once every id in it is forwarded, known gone, moved to the error queue or parked; otherwise it
-// nacks it, and the redelivery skips the ids already dispatched, which are gone from the store by
-// then.
+// Handle dispatches the timeouts whose ids msg carries. They share batches with the ids of other
+// messages handled at the same time. A message that says when its ids are due
+// (dispatcherqueue.HeaderDispatchAt) is held until then, up to maxHold. So the store is read at the
+// due time, and a Cancel until then still wins. Handle acks msg (returns nil) once every id is
+// forwarded, known gone, on the error queue or parked. Otherwise it nacks msg. The redelivery skips
+// the ids already dispatched: they are gone by then.
 func (d *Dispatch) Handle(msg *message.Message) error {
 	ids, err := dispatcherqueue.Decode(msg)
 	var dueBy time.Time
@@ -195,17 +193,17 @@ func (d *Dispatch) Handle(msg *message.Message) error {
 	return fmt.Errorf("%d of the %d due ids of the message not dispatched yet: %w", failed, len(ids), first)
 }
 
-// hold waits until now, the store's clock, has reached dueBy, the time a dispatcher message says
-// its ids are due by, when that is at most maxHold away (the zero time: not at all). It returns an error, and the message is nacked,
-// when ctx, the message's, ends first (the router is stopping): the ids are still claimed, and the
-// announcement is handed out again (a durable queue) or the ids given back at the stop
-// (GoChannel).
+// hold waits until now, the store's clock, reaches dueBy. dueBy is the time a dispatcher message
+// says its ids are due by. It waits only when that is at most maxHold away; the zero time means not
+// at all. When ctx, the message's, ends first (the router is stopping), it returns an error: a
+// nack. The ids are still claimed. The announcement is handed out again (a durable queue), or the
+// ids are given back at the stop (GoChannel).
 func hold(ctx context.Context, now func() time.Time, dueBy time.Time) error {
 	if dueBy.IsZero() {
 		return nil
 	}
-	// The timer runs on the monotonic clock; now is read again when it fires, in case the
-	// store's clock was measured anew meanwhile.
+	// The timer runs on the monotonic clock. now is read again when it fires: the store's clock may
+	// have been measured anew.
 	for {
 		wait := dueBy.Sub(now())
 		if wait <= 0 || wait > maxHold {
@@ -238,13 +236,13 @@ type forward struct {
 	out *message.Message
 }
 
-// dispatch dispatches the timeouts of batch together: the one path of every dispatcher message,
-// a lone message being a batch of one. The batcher never hands it an id another batch is
-// dispatching (due is batcher.Keyed). It looks them up with one PeekMany, then forwards them:
-// with the Forwarder in one ForwardMany, otherwise with one Publish per destination and one
-// RemoveMany. If a batch of many fails where failures are the timeout's own (a lookup, a
-// Forwarder's commit, a Publish refused other than by the connection), each is dispatched alone
-// through the same calls; a Publish that failed with the connection counts no attempt.
+// dispatch dispatches the timeouts of batch together. It is the one path of every dispatcher
+// message: a lone message is a batch of one. The batcher never hands it an id that another batch
+// holds (due is batcher.Keyed). It looks them up with one PeekMany, then forwards them. With a
+// Forwarder that is one ForwardMany. Otherwise it is one Publish per destination and one
+// RemoveMany. If a batch of many fails for a timeout's own sake, each is dispatched alone through
+// the same calls. Such failures are a lookup, a Forwarder's commit, a Publish refused other than by
+// the connection. A Publish that failed with the connection counts no attempt.
 func (d *Dispatch) dispatch(batch []*batcher.Request[due]) {
 	first, again := batcher.FirstOfEach(batch, func(x due) string { return x.id })
 	if len(again) > 0 {
@@ -258,8 +256,8 @@ func (d *Dispatch) dispatch(batch []*batcher.Request[due]) {
 	if len(found) == 0 {
 		return
 	}
-	// Once started, forwards run to their end even while the router shuts down (which cancels
-	// message contexts): cut short after the broker took a message, it would be sent again.
+	// Once started, forwards run to their end, even while the router shuts down. Cut short after
+	// the broker took a message, it would be sent again.
 	ctx, cancel := detached(found[0].req.Item.msg)
 	defer cancel()
 	for _, f := range found {
@@ -272,9 +270,9 @@ func (d *Dispatch) dispatch(batch []*batcher.Request[due]) {
 	d.publishAndRemove(found)
 }
 
-// lookUp looks up the timeouts of first (one request per id) with one PeekMany, answers the
-// requests whose timeout is gone, or unreadable, and returns the others. ok is false when the
-// lookup of many failed: the caller dispatches each alone.
+// lookUp looks up the timeouts of first (one request per id) with one PeekMany. It answers the
+// requests whose timeout is gone or unreadable, and returns the others. ok is false when the lookup
+// of many failed: the caller dispatches each alone.
 func (d *Dispatch) lookUp(first []*batcher.Request[due]) (found []forward, ok bool) {
 	ids := make([]string, len(first))
 	for i, r := range first {
@@ -311,16 +309,16 @@ func (d *Dispatch) lookUp(first []*batcher.Request[due]) (found []forward, ok bo
 			continue
 		}
 		if t.Parked != "" {
-			// Parked since it was announced (a redelivered announcement): it waits for an
-			// operator, and is not forwarded.
+			// Parked since it was announced (a redelivered announcement). It waits for an operator,
+			// and is not forwarded.
 			d.logger.Debug("Timeout parked; not forwarded", watermill.LogFields{"timeout_id": r.Item.id})
 			r.Finish(nil)
 			continue
 		}
 		if t.Due.After(now) {
-			// Not due here: rescheduled to later after its claim's lease ran out, or claimed by a
-			// poller whose clock runs ahead of this one's. Never early: it is given back, to be
-			// claimed again when due.
+			// Not due here: rescheduled after its claim's lease ran out, or claimed by a poller
+			// whose clock runs ahead of this one's. Never early: it is given back, to be claimed
+			// again when due.
 			notYet = append(notYet, r)
 			continue
 		}
@@ -332,9 +330,9 @@ func (d *Dispatch) lookUp(first []*batcher.Request[due]) (found []forward, ok bo
 	return found, true
 }
 
-// notYetDue acks the announcements of timeouts not due yet, after giving them back to the store
-// so that they are claimable from their due time (a store without persistence.Releaser keeps
-// them until their claim's lease runs out).
+// notYetDue acks the announcements of timeouts not due yet. First it gives them back to the store,
+// claimable from their due time. A store without persistence.Releaser keeps them until their
+// claim's lease runs out.
 func (d *Dispatch) notYetDue(ctx context.Context, reqs []*batcher.Request[due]) {
 	if len(reqs) == 0 {
 		return
@@ -354,9 +352,9 @@ func (d *Dispatch) notYetDue(ctx context.Context, reqs []*batcher.Request[due]) 
 	}
 }
 
-// publishAndRemove publishes the forwards, one Publish per destination, then removes the
+// publishAndRemove publishes the forwards, one Publish per destination. Then it removes the
 // forwarded timeouts with one RemoveMany: at least once. A Publish of many that failed other than
-// with the connection is tried again message by message.
+// with the connection is tried again one by one.
 func (d *Dispatch) publishAndRemove(found []forward) {
 	byDestination := map[string][]forward{}
 	var destinations []string
@@ -379,10 +377,10 @@ func (d *Dispatch) publishAndRemove(found []forward) {
 		}
 		if err := d.cfg.Publisher.Publish(dest, msgs...); err != nil {
 			if len(fs) > 1 && !connloss.Is(err) && !d.stopping() {
-				// The broker may have refused one message of them (one larger than it takes,
-				// say): each is published again alone, so that the others are delivered and
-				// only the refused one counts an attempt, or ends on the error queue or parked.
-				// Those confirmed before the refusal are delivered twice: at least once.
+				// The broker may have refused one of them (one larger than it takes, say). Each is
+				// published again alone: the others get delivered, and only the refused one counts
+				// an attempt, or ends on the error queue or parked. Those confirmed before the
+				// refusal are delivered twice: at least once.
 				d.logger.Debug("Publishing a batch of due messages failed; publishing them one by one",
 					watermill.LogFields{"count": len(fs), "destination": dest, "error": err.Error()})
 				for _, f := range fs {
@@ -390,7 +388,7 @@ func (d *Dispatch) publishAndRemove(found []forward) {
 				}
 				continue
 			}
-			// Each counts a failed attempt of its own, and waits out the breaker's delay on its
+			// Each counts a failed attempt of its own. Each waits out the breaker's delay on its
 			// own, as it would alone.
 			for _, f := range fs {
 				failed.Add(1)
@@ -420,7 +418,7 @@ func (d *Dispatch) publishAndRemove(found []forward) {
 	failed.Wait()
 }
 
-// removeMany deletes forwarded timeouts in one call; if that fails, each is removed alone with
+// removeMany deletes forwarded timeouts in one call. If that fails, each is removed alone, with
 // remove's retries.
 func (d *Dispatch) removeMany(sent []forward) {
 	if len(sent) == 0 {
@@ -465,14 +463,14 @@ func (d *Dispatch) removeMany(sent []forward) {
 func (d *Dispatch) stopping() bool    { return d.cfg.Stopping != nil && d.cfg.Stopping() }
 func (d *Dispatch) interrupted() bool { return d.cfg.Interrupted != nil && d.cfg.Interrupted() }
 
-// cutShort answers a forward the endpoint's stop cut short: the timeout stays in the store,
+// cutShort answers a forward that the endpoint's stop cut short. The timeout stays in the store,
 // uncounted, for the next start (see DispatchConfig.Stopping).
 func (d *Dispatch) cutShort(t persistence.Timeout, cause error) error {
 	d.logger.Debug("Forward cut short by the stop; the timeout is kept", watermill.LogFields{"timeout_id": t.ID})
 	return stopErr("forwarding timeout "+t.ID, cause)
 }
 
-// stopErr is the error for work the stop cut short: it nacks the message, and wraps
+// stopErr is the error for work the stop cut short. It nacks the message. It wraps
 // context.Canceled, which the router does not log as a handler failure.
 func stopErr(what string, cause error) error {
 	if cause == nil {
@@ -488,7 +486,7 @@ func (d *Dispatch) dispatched(t persistence.Timeout) {
 	d.cfg.Breaker.Success()
 }
 
-// forwardFailed counts a failed attempt; past NumberOfRetries the message goes to the error queue
+// forwardFailed counts a failed attempt. Past NumberOfRetries the message goes to the error queue
 // and leaves the store. Otherwise the dispatcher message is nacked and the attempt repeated.
 func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, out *message.Message, cause error) error {
 	if d.stopping() {
@@ -505,7 +503,7 @@ func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, ou
 		return d.cfg.Store.IncrementFailureCount(ctx, t.ID)
 	})
 	if err != nil {
-		// Neither lost nor moved on: the attempt was not counted, so the message is nacked and
+		// Neither lost nor moved on: the attempt was not counted. So the message is nacked and
 		// tried again. Failing this way too often is a critical error of its own.
 		if d.cfg.RecoveryBreaker != nil {
 			d.cfg.RecoveryBreaker.Failure(err)
@@ -535,26 +533,26 @@ func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, ou
 		d.cfg.Breaker.Failure(ctx, err)
 		return err
 	}
-	// Handled: the retries counted before it must not trip the breaker on an endpoint that has
-	// nothing else to forward.
+	// Handled: the retries counted before must not trip the breaker. The endpoint may have nothing
+	// else to forward.
 	d.cfg.Breaker.Success()
 	d.remove(msg, t.ID)
 	return nil
 }
 
-// parkable reports whether a refused error-queue copy says the message itself cannot go, rather
-// than that the road is out: not the connection's failure, not a context's (a cancellation or a
-// deadline is transient, and retried), and not during the endpoint's stop.
+// parkable reports whether a refused error-queue copy says the message itself cannot go. The road
+// being out is not such a refusal: not the connection's failure, not a context's (a cancellation or
+// a deadline is transient, and retried), and not during the endpoint's stop.
 func (d *Dispatch) parkable(err error) bool {
 	return !connloss.Is(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !d.stopping()
 }
 
-// park sets aside a timeout whose forward was refused, and whose error-queue copy was refused
-// too (a message larger than the broker takes, say): retried, it would fail the same way until
-// the dispatch breaker stopped the endpoint. Parked, it stays in the store with the reason, is
-// never claimed again until an operator unparks it, and its announcement is acked; the breaker
-// is not told of a failure. If parking fails, the message is nacked and retried at the
-// breaker's pace, counted as a failure as before parking existed.
+// park sets aside a timeout whose forward and error-queue copy were both refused. Say its message
+// is larger than the broker takes. Retried, it would fail the same way until the dispatch breaker
+// stopped the endpoint. Parked, it stays in the store with the reason, never claimed until an
+// operator unparks it. Its announcement is acked, and the breaker hears of no failure. If parking
+// fails, the message is nacked and retried at the breaker's pace. That counts as a failure, as
+// before parking existed.
 func (d *Dispatch) park(ctx context.Context, parker persistence.Parker, t persistence.Timeout, attempts int, cause, sendErr error) error {
 	reason := fmt.Sprintf("forwarding to %q failed after %s: %v; the error queue %q refused its copy too: %v",
 		t.Destination, plural(attempts, "attempt"), cause, d.cfg.ErrorQueue.Topic(), sendErr)
@@ -572,18 +570,17 @@ func (d *Dispatch) park(ctx context.Context, parker persistence.Parker, t persis
 	if d.cfg.OnParked != nil {
 		d.cfg.OnParked(t)
 	}
-	// The timeout is dealt with: the failed attempts that led here must not trip the breaker of
-	// an endpoint that has nothing else to deliver.
+	// The timeout is dealt with: the failed attempts that led here must not trip the breaker. The
+	// endpoint may have nothing else to deliver.
 	d.cfg.Breaker.Success()
 	return nil
 }
 
-// unreadable handles a timeout the store holds but cannot read back (its stored headers are
-// corrupt): every attempt would fail the same way, so rather than retry it forever a dispatcher
-// message carrying its id alone goes to the error queue with the reason (the message itself when
-// it carries only that id), and the timeout leaves the store. An operator can still look for the
-// row by that id in a backup. The other ids of a message that carries many are dispatched as
-// usual.
+// unreadable handles a timeout the store holds but cannot read back: its stored headers are
+// corrupt. Every attempt would fail the same way, so it is not retried forever. A dispatcher
+// message with its id alone goes to the error queue, with the reason. That is the message itself
+// when it carries only that id. The timeout leaves the store; an operator can still find the row by
+// that id in a backup. The other ids of a message that carries many are dispatched as usual.
 func (d *Dispatch) unreadable(x due, cause error) error {
 	reason := fmt.Sprintf("timeout %s cannot be read from the store and was removed from it: %v", x.id, cause)
 	d.logger.Error("Stored timeout is unreadable; moving its id to the error queue", cause,
@@ -600,18 +597,18 @@ func (d *Dispatch) unreadable(x due, cause error) error {
 	return nil
 }
 
-// afterForwardTimeout bounds the store calls that follow a forward attempt (recording a failure,
-// removing the timeout). They run to the end even when the message's context is cancelled by a
-// shutdown: the forward already happened, or failed, and the store must learn of it.
+// afterForwardTimeout bounds the store calls that follow a forward attempt. They record a failure
+// or remove the timeout. They run to the end even when a shutdown cancels the message's context.
+// The forward already happened, or failed, and the store must learn of it.
 const afterForwardTimeout = 30 * time.Second
 
-// remove deletes a forwarded timeout. It is not allowed to fail the dispatcher message: the
-// message is delivered, and a redelivery would forward it again at once. If the store keeps
-// failing, the timeout stays claimed and is forwarded once more when its lease runs out: the
-// at-least-once duplicate.
+// remove deletes a forwarded timeout. It may not fail the dispatcher message. The message is
+// delivered, and a redelivery would forward it again at once. If the store keeps failing, the
+// timeout stays claimed. It is forwarded once more when its lease runs out: the at-least-once
+// duplicate.
 func (d *Dispatch) remove(msg *message.Message, id string) {
-	// The message is out: removing its timeout must finish even while the router shuts down and
-	// cancels message contexts, or it would be delivered again after the restart.
+	// The message is out: removing its timeout must finish, even while the router shuts down.
+	// Otherwise it would be delivered again after the restart.
 	ctx, cancel := detached(msg)
 	defer cancel()
 	fields := watermill.LogFields{"timeout_id": id}
@@ -627,7 +624,7 @@ func (d *Dispatch) remove(msg *message.Message, id string) {
 			d.logger.Error("Removing dispatched timeout failed; it will be delivered again when its claim expires", err, fields)
 			return
 		}
-		// Paced, but not counted against the dispatch breaker: its wait is as long as these
+		// Paced, but not counted against the dispatch breaker. Its wait is as long as these
 		// retries, so a store refusing only deletes would stop the endpoint. A real outage trips
 		// the fetch breaker through the poller.
 		select {

@@ -9,8 +9,8 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-// batchCalls returns store's batch calls: its own, or, for a store without them, the fallback
-// persistence.BatchStore documents: Store, Peek and Remove once per timeout.
+// batchCalls returns store's batch calls: its own, or the fallback persistence.BatchStore
+// documents. The fallback calls Store, Peek and Remove once per timeout.
 func batchCalls(store persistence.Store) persistence.BatchStore {
 	if b, ok := store.(persistence.BatchStore); ok {
 		return b
@@ -64,8 +64,8 @@ func (s oneByOne) RemoveMany(ctx context.Context, ids []string) ([]string, error
 	return removed, nil
 }
 
-// forwardEach makes ForwardMany of a Forwarder that forwards one timeout at a time. On an error
-// the timeouts before it were forwarded and removed; the dispatch satellite then looks each up
+// forwardEach makes ForwardMany of a Forwarder that forwards one timeout at a time. On an error,
+// the timeouts before it were forwarded and removed. The dispatch satellite then looks each up
 // again before forwarding it alone, and finds those gone.
 type forwardEach struct{ satellites.Forwarder }
 

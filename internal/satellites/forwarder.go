@@ -10,8 +10,8 @@ import (
 )
 
 // forwardMany forwards and removes the timeouts in one ForwardMany (exactly once). If a batch of
-// many fails, each is dispatched alone, looked up again first: a commit whose outcome was unknown
-// may have gone through, and its timeouts are then found gone rather than forwarded twice.
+// many fails, each is dispatched alone, and looked up again first. A commit whose outcome was
+// unknown may have gone through. Its timeouts are then found gone, rather than forwarded twice.
 func (d *Dispatch) forwardMany(ctx context.Context, found []forward) {
 	fs := make([]satellites.Forwarding, len(found))
 	for i, f := range found {

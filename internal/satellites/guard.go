@@ -9,10 +9,10 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-// Every call a satellite makes to the store or the broker goes through its breaker's Call: it
-// gets a deadline, so a call on a connection whose peer stopped answering ends as a failure the
-// stage retries, and while it hangs the breaker counts the time since the stage's last success,
-// so the critical error comes on time even if the call never returns.
+// Every call a satellite makes to the store or the broker goes through its breaker's Call. It gets
+// a deadline: a call to a peer that stopped answering ends as a failure, and is retried. While it
+// hangs, the breaker counts the time since the stage's last success. So the critical error comes on
+// time, even if the call never returns.
 
 // guarded runs one call of a stage through its breaker.
 func guarded[T any](ctx context.Context, b *breaker.CircuitBreaker, call func(context.Context) (T, error)) (T, error) {
@@ -41,10 +41,10 @@ func (g guardedCalls) RemoveMany(ctx context.Context, ids []string) ([]string, e
 }
 
 // GuardedPublisher publishes through a breaker: each Publish is a call (breaker.CircuitBreaker's
-// Call), and each message published carries the call's deadline in its context for the length of
-// the Publish, which transports that wait for the broker's confirmation honour. The messages get
-// their own contexts back afterwards, so a message published again (to the error queue, say) is
-// not published with a deadline that has passed.
+// Call). Each message carries the call's deadline in its context for the length of the Publish.
+// Transports that wait for the broker's confirmation honour it. Afterwards the messages get their
+// own contexts back. So a message published again (to the error queue, say) has no deadline that
+// has passed.
 type GuardedPublisher struct {
 	message.Publisher
 	Breaker *breaker.CircuitBreaker

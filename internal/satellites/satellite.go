@@ -1,8 +1,7 @@
-// Package satellites holds the timeout manager's internal receivers: the store satellite on an
-// endpoint's Timeouts queue, which persists delayed messages, and the dispatch satellite on its
-// TimeoutsDispatcher queue, which forwards due messages to their destinations. Each is a
-// Watermill handler function run by a message.Router on a queue of its own; package timeouts
-// wires them in.
+// Package satellites holds the timeout manager's internal receivers. The store satellite on an
+// endpoint's Timeouts queue persists delayed messages. The dispatch satellite on its
+// TimeoutsDispatcher queue forwards due messages to their destinations. Each is a Watermill handler
+// function, run by a message.Router on a queue of its own. Package timeouts wires them in.
 package satellites
 
 import (
@@ -30,26 +29,25 @@ var ErrInvalidConfig = configerr.ErrInvalidConfig
 // DefaultMaxBatch is the default of DispatchConfig.MaxBatch and StoreConfig.MaxBatch.
 const DefaultMaxBatch = 256
 
-// maxBatchers bounds the batches a satellite handles at once: while one waits on the store or the
+// maxBatchers bounds the batches a satellite handles at once. While one waits on the store or the
 // broker, the next gathers the messages that arrived meanwhile. In the store satellite a second
-// batch starts only for minParallelBatch waiting messages; fewer wait for the running batch,
-// which takes no longer than a small batch would, so that small batches do not multiply commits.
-// The dispatch satellite starts a batch for any waiting id (dispatchParallelBatch): a due message
-// held behind a running batch's confirms and removal is late by their length (make bench's
-// precision rows measured it), while a backlog's many-id messages form full batches either way.
-// On a broker the dispatch satellite's batches spend most of their time waiting for the confirms
-// of their forwards, so several wait side by side (make bench's backlog on RabbitMQ + PostgreSQL
-// measures the choice).
+// batch starts only for minParallelBatch waiting messages. Fewer wait for the running batch, which
+// takes no longer than a small batch would. So small batches do not multiply commits. The dispatch
+// satellite starts a batch for any waiting id (dispatchParallelBatch). A due message held behind a
+// running batch's confirms and removal is late by their length. The precision rows of make bench
+// measured it; a backlog's many-id messages form full batches either way. On a broker the dispatch
+// batches spend most of their time waiting for confirms. So several wait side by side; make bench's
+// backlog on RabbitMQ + PostgreSQL measures the choice.
 const (
 	maxBatchers           = 8
 	minParallelBatch      = 16
 	dispatchParallelBatch = 1
 )
 
-// MaxUnremoved is the most due ids a dispatch satellite whose DispatchConfig.MaxBatch is maxBatch
-// (0: DefaultMaxBatch) can have forwarded and not yet removed at one moment: that many batches
-// side by side, each forwarded whole before its ids are removed together. A process killed at
-// the worst moment forwards these again after its restart (at least once); this is their bound.
+// MaxUnremoved is the most due ids a dispatch satellite can have forwarded and not yet removed.
+// maxBatch is its DispatchConfig.MaxBatch (0: DefaultMaxBatch). That many batches run side by side;
+// each is forwarded whole before its ids are removed together. A process killed at the worst moment
+// forwards these again after its restart (at least once). This is their bound.
 func MaxUnremoved(maxBatch int) int {
 	if maxBatch == 0 {
 		maxBatch = DefaultMaxBatch
@@ -64,9 +62,8 @@ func messageContext(msg *message.Message) context.Context {
 	return context.Background()
 }
 
-// detached is msg's context without its cancellation, bounded by afterForwardTimeout: for store
-// calls that must finish once started, even while the router shuts down and cancels message
-// contexts.
+// detached is msg's context without its cancellation, bounded by afterForwardTimeout. It is for
+// store calls that must finish once started, even while the router shuts down.
 func detached(msg *message.Message) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(messageContext(msg)), afterForwardTimeout)
 }
@@ -78,8 +75,7 @@ func loggerOrNop(l watermill.LoggerAdapter) watermill.LoggerAdapter {
 	return l
 }
 
-// withoutRoutingHeaders copies md without the headers that route a message through the timeout
-// manager.
+// withoutRoutingHeaders copies md without the headers that route a message through the manager.
 func withoutRoutingHeaders(md map[string]string, isRouting func(string) bool) map[string]string {
 	out := make(map[string]string, len(md))
 	for k, v := range md {

@@ -30,9 +30,8 @@ type StoreConfig struct {
 	// OnStored is told the due time of each newly stored timeout, so the poller can wake early.
 	// Optional.
 	OnStored func(due time.Time)
-	// MaxBatch bounds how many delayed messages are stored together when several are handled at
-	// once (a subscriber with several consumers). Defaults to DefaultMaxBatch; 1 makes every
-	// batch a batch of one.
+	// MaxBatch bounds the delayed messages stored together. Batches form when several are handled
+	// at once (several consumers). Defaults to DefaultMaxBatch; 1 makes every batch a batch of one.
 	MaxBatch int
 	// Now reads the store's clock: relative delays count from it. Defaults to time.Now.
 	Now func() time.Time
@@ -56,9 +55,9 @@ func (c StoreConfig) Validate() error {
 	return nil
 }
 
-// Store is the satellite on an endpoint's Timeouts queue: it validates each delayed message,
-// persists it idempotently by message UUID, and acks only after the store committed. A message
-// that can never be stored goes to the error queue with a failure reason.
+// Store is the satellite on an endpoint's Timeouts queue. It validates each delayed message and
+// persists it idempotently by message UUID. It acks only after the store committed. A message that
+// can never be stored goes to the error queue with a failure reason.
 type Store struct {
 	cfg     StoreConfig
 	queue   string
@@ -115,9 +114,9 @@ type delayed struct {
 	t   persistence.Timeout
 }
 
-// store stores the timeouts of batch with one StoreMany: the one path of every delayed message,
-// a lone message being a batch of one. If a batch of many fails, each is stored alone, so that
-// an invalid timeout, an outage and the breaker are met message by message.
+// store stores the timeouts of batch with one StoreMany. It is the one path of every delayed
+// message: a lone message is a batch of one. If a batch of many fails, each is stored alone. So an
+// invalid timeout, an outage and the breaker are met message by message.
 func (s *Store) store(batch []*batcher.Request[delayed]) {
 	first, again := batcher.FirstOfEach(batch, func(x delayed) string { return x.t.ID })
 	if len(again) > 0 {
@@ -127,8 +126,8 @@ func (s *Store) store(batch []*batcher.Request[delayed]) {
 	for i, r := range first {
 		ts[i] = r.Item.t
 	}
-	// A store that started runs to its end even while the router shuts down (which cancels
-	// message contexts): the Pub/Sub may count the message as handed over already.
+	// A store that started runs to its end, even while the router shuts down. The Pub/Sub may count
+	// the message as handed over already.
 	ctx, cancel := detached(first[0].Item.msg)
 	defer cancel()
 	inserted, err := s.calls.StoreMany(ctx, ts)
@@ -166,8 +165,8 @@ func (s *Store) store(batch []*batcher.Request[delayed]) {
 	}
 }
 
-// scheduleKeyed stores a timeout with a deduplication key, alone: Scheduler.Schedule resolves
-// the key against the pending timeout that holds it, as the message's wire.HeaderKeyPolicy says.
+// scheduleKeyed stores a timeout with a deduplication key, alone. Scheduler.Schedule resolves the
+// key against the pending timeout that holds it. The message's wire.HeaderKeyPolicy says how.
 func (s *Store) scheduleKeyed(msg *message.Message, t persistence.Timeout) error {
 	sch, ok := s.cfg.Store.(persistence.Scheduler)
 	if !ok {
@@ -228,7 +227,7 @@ func (s *Store) timeoutOf(msg *message.Message) (persistence.Timeout, error) {
 	id := msg.UUID
 	if id == "" {
 		// A producer that is not Watermill (a plain AMQP client) may send no UUID. The message
-		// still gets delivered, under an id of its own; only its redelivery cannot be recognised.
+		// still gets delivered, under an id of its own. Only its redelivery cannot be recognised.
 		id = watermill.NewUUID()
 		msg.UUID = id
 		s.logger.Info("Delayed message has no UUID; assigned one", watermill.LogFields{"timeout_id": id})
@@ -244,8 +243,8 @@ func (s *Store) timeoutOf(msg *message.Message) (persistence.Timeout, error) {
 	}, nil
 }
 
-// checkDuplicate handles a message whose id is stored already: a redelivery is acked; a different
-// message reusing the id goes to the error queue rather than silently replacing or vanishing.
+// checkDuplicate handles a message whose id is stored already. A redelivery is acked. A different
+// message reusing the id goes to the error queue, rather than replace or vanish.
 func (s *Store) checkDuplicate(msg *message.Message, t persistence.Timeout) error {
 	existing, err := guarded(messageContext(msg), s.cfg.Breaker, func(ctx context.Context) (persistence.Timeout, error) {
 		return s.cfg.Store.Peek(ctx, t.ID)
