@@ -40,7 +40,7 @@ func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]stri
 		rows = append(rows, Row{T: t, Due: RoundUpMicro(t.Due), Payload: payload, Metadata: persistence.EncodeMetadata(t.Metadata)})
 	}
 	slices.SortFunc(rows, func(a, b Row) int { return strings.Compare(a.T.ID, b.T.ID) })
-	size := s.d.MaxStoreRows
+	size := s.d.Own.MaxStoreRows
 	if size <= 0 {
 		size = len(rows)
 	}
@@ -48,7 +48,7 @@ func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]stri
 	err := s.batch(ctx, len(rows) > size, func(ctx context.Context, q Querier) error {
 		inserted = inserted[:0] // run may be called again
 		for chunk := range slices.Chunk(rows, size) {
-			ids, err := s.d.StoreRows(ctx, q, chunk)
+			ids, err := s.storeRows(ctx, q, chunk)
 			if err != nil {
 				return err
 			}
@@ -62,6 +62,25 @@ func (s *Store) StoreMany(ctx context.Context, ts []persistence.Timeout) ([]stri
 	return inserted, nil
 }
 
+// storeRows inserts rows as Own.StoreRows does, by default with a Store statement each.
+func (s *Store) storeRows(ctx context.Context, q Querier, rows []Row) ([]string, error) {
+	if s.d.Own.StoreRows != nil {
+		return s.d.Own.StoreRows(ctx, q, rows)
+	}
+	var inserted []string
+	for _, r := range rows {
+		n, err := s.count(ctx, q, s.st.Store.SQL, s.st.Store.Args(StoreParams{ID: r.T.ID, Destination: r.T.Destination,
+			Owner: r.T.Owner, Due: r.Due, Payload: r.Payload, Metadata: r.Metadata, FailureCount: r.T.FailureCount}))
+		if err != nil {
+			return nil, err
+		}
+		if n == 1 {
+			inserted = append(inserted, r.T.ID)
+		}
+	}
+	return inserted, nil
+}
+
 // PeekMany returns the stored timeouts among ids, claimed or not, one statement per MaxIn ids;
 // ids not stored are left out. It fails with persistence.ErrCorruptMetadata when any of them
 // cannot be read.
@@ -69,7 +88,7 @@ func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeo
 	if err := Opened(s); err != nil {
 		return nil, err
 	}
-	if s.d.Storable != nil {
+	if s.d.Check.Storable != nil {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("%s: peek %d timeouts: %w", s.d.Name, len(ids), err)
 		}
@@ -89,7 +108,7 @@ func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeo
 }
 
 func (s *Store) peekIn(ctx context.Context, ids []string, out []persistence.Timeout) ([]persistence.Timeout, error) {
-	rows, err := s.d.Reader.QueryContext(ctx, s.d.Queries.PeekIn(len(ids)), s.d.IDArgs(ids)...)
+	rows, err := s.d.Run.Reader.QueryContext(ctx, s.d.SQL.PeekIn(len(ids)), s.d.Bind.IDArgs(ids)...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: peek %d timeouts: %w", s.d.Name, len(ids), err)
 	}
@@ -114,7 +133,7 @@ func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) 
 		return nil, err
 	}
 	all := len(ids)
-	if s.d.Storable != nil {
+	if s.d.Check.Storable != nil {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("%s: remove %d timeouts: %w", s.d.Name, all, err)
 		}
@@ -132,10 +151,10 @@ func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) 
 				got []string
 				err error
 			)
-			if s.d.RemoveIDs != nil {
-				got, err = s.d.RemoveIDs(ctx, q, chunk)
+			if s.d.Own.RemoveIDs != nil {
+				got, err = s.d.Own.RemoveIDs(ctx, q, chunk)
 			} else {
-				got, err = QueryIDs(ctx, q, s.d.Queries.RemoveIn(len(chunk)), s.d.IDArgs(chunk))
+				got, err = QueryIDs(ctx, q, s.d.SQL.RemoveIn(len(chunk)), s.d.Bind.IDArgs(chunk))
 			}
 			if err != nil {
 				return err
@@ -153,7 +172,7 @@ func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) 
 // batch runs a batch's statements, in one transaction when tx or Dialect.BatchTx, and runs them
 // again after an error Dialect.Retry accepts, up to batchAttempts times.
 func (s *Store) batch(ctx context.Context, tx bool, run func(ctx context.Context, q Querier) error) error {
-	return s.retry(ctx, func() error { return s.write(ctx, tx || s.d.BatchTx, run) })
+	return s.retry(ctx, func() error { return s.write(ctx, tx || s.d.Run.BatchTx, run) })
 }
 
 // retry runs a transaction, and again after an error Dialect.Retry accepts, up to batchAttempts
@@ -161,7 +180,7 @@ func (s *Store) batch(ctx context.Context, tx bool, run func(ctx context.Context
 func (s *Store) retry(ctx context.Context, transaction func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := transaction()
-		if err == nil || attempt == batchAttempts || ctx.Err() != nil || s.d.Retry == nil || !s.d.Retry(err) {
+		if err == nil || attempt == batchAttempts || ctx.Err() != nil || s.d.Errors.Retry == nil || !s.d.Errors.Retry(err) {
 			return err
 		}
 	}
@@ -171,7 +190,7 @@ func (s *Store) retry(ctx context.Context, transaction func() error) error {
 func (s *Store) keys(ids []string) []string {
 	out := make([]string, 0, len(ids))
 	for _, id := range ids {
-		if s.d.Storable == nil || s.d.Storable(id) {
+		if s.d.Check.Storable == nil || s.d.Check.Storable(id) {
 			out = append(out, id)
 		}
 	}
@@ -181,8 +200,8 @@ func (s *Store) keys(ids []string) []string {
 
 // maxIn is how many of n ids one statement takes.
 func (s *Store) maxIn(n int) int {
-	if s.d.MaxIn > 0 {
-		return s.d.MaxIn
+	if s.d.Bind.MaxIn > 0 {
+		return s.d.Bind.MaxIn
 	}
 	return max(n, 1)
 }

@@ -17,8 +17,7 @@ func (s *Store) Survey(ctx context.Context, from time.Time) (persistence.Survey,
 		return persistence.Survey{}, err
 	}
 	d := &s.d
-	rows, err := d.Reader.QueryContext(ctx, d.Queries.Survey,
-		s.args(surveyParams, d.Time(persistence.HiddenFrom), d.Time(RoundUpMicro(from)))...)
+	rows, err := d.Run.Reader.QueryContext(ctx, s.st.Survey.SQL, s.st.Survey.Args(SurveyParams{From: RoundUpMicro(from)})...)
 	if err != nil {
 		return persistence.Survey{}, fmt.Errorf("%s: survey: %w", d.Name, err)
 	}
@@ -59,11 +58,12 @@ func (s *Store) Hide(ctx context.Context, now, from time.Time, limit int, mark t
 		hidden []persistence.Timeout
 		err    error
 	)
-	if s.d.Hide != nil {
-		hidden, err = s.d.Hide(ctx, now, from, limit, mark)
+	p := HideParams{Now: now.UTC().Truncate(time.Microsecond), From: RoundUpMicro(from), Mark: mark.UTC(), Limit: limit}
+	if s.d.Own.Hide != nil {
+		hidden, err = s.d.Own.Hide(ctx, p)
 	} else {
 		err = s.write(ctx, false, func(ctx context.Context, q Querier) error {
-			hidden, err = s.hide(ctx, q, now, from, limit, mark)
+			hidden, err = s.hide(ctx, q, p)
 			return err
 		})
 	}
@@ -76,16 +76,13 @@ func (s *Store) Hide(ctx context.Context, now, from time.Time, limit int, mark t
 	return hidden, nil
 }
 
-func (s *Store) hide(ctx context.Context, q Querier, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error) {
-	d := &s.d
-	markArg, fromArg := d.Time(mark.UTC()), d.Time(RoundUpMicro(from))
-	rows, err := q.QueryContext(ctx, d.Queries.Hide, s.args(hideParams, markArg, fromArg, fromArg,
-		d.Time(now.UTC().Truncate(time.Microsecond)), d.Time(persistence.HiddenFrom), markArg, int64(limit))...)
+func (s *Store) hide(ctx context.Context, q Querier, p HideParams) ([]persistence.Timeout, error) {
+	rows, err := q.QueryContext(ctx, s.st.Hide.SQL, s.st.Hide.Args(p)...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	hidden := make([]persistence.Timeout, 0, min(limit, 1000))
+	hidden := make([]persistence.Timeout, 0, min(p.Limit, 1000))
 	for rows.Next() {
 		t, err := ScanTimeout(s, rows)
 		if err != nil {
@@ -105,7 +102,7 @@ func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
 	if err := Opened(s); err != nil {
 		return 0, err
 	}
-	if s.d.Storable != nil {
+	if s.d.Check.Storable != nil {
 		if err := ctx.Err(); err != nil {
 			return 0, fmt.Errorf("%s: release: %w", s.d.Name, err)
 		}
@@ -113,7 +110,7 @@ func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
 	ids = s.keys(ids)
 	total := 0
 	for chunk := range slices.Chunk(ids, s.maxIn(len(ids))) {
-		n, err := s.writeCount(ctx, s.d.Queries.ReleaseIn(len(chunk)), s.d.IDArgs(chunk))
+		n, err := s.writeCount(ctx, s.d.SQL.ReleaseIn(len(chunk)), s.d.Bind.IDArgs(chunk))
 		if err != nil {
 			return total, fmt.Errorf("%s: release: %w", s.d.Name, err)
 		}

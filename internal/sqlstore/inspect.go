@@ -21,23 +21,23 @@ func (s *Store) Stats(ctx context.Context, now time.Time) (persistence.Stats, er
 	}
 	d := &s.d
 	// Due times are whole microseconds: due <= now exactly when due <= now cut to microseconds.
-	if d.Stats != nil {
-		return d.Stats(ctx, now.UTC().Truncate(time.Microsecond))
+	if d.Own.Stats != nil {
+		return d.Own.Stats(ctx, now.UTC().Truncate(time.Microsecond))
 	}
-	at := d.Time(now.UTC().Truncate(time.Microsecond))
 	var (
 		st               persistence.Stats
 		dueNow, claimed  sql.NullInt64 // SUM of no rows is NULL
 		parked           sql.NullInt64
 		earliest, latest = s.timeValue(), s.timeValue()
 	)
-	err := queryRow(ctx, d.Reader, d.Queries.Stats, s.args(statsParams, at, at), &st.Pending, &dueNow, &claimed, &parked, earliest, latest)
+	err := queryRow(ctx, d.Run.Reader, s.st.Stats.SQL, s.st.Stats.Args(NowParams{Now: now.UTC().Truncate(time.Microsecond)}),
+		&st.Pending, &dueNow, &claimed, &parked, earliest, latest)
 	if err != nil {
 		return persistence.Stats{}, fmt.Errorf("%s: stats: %w", d.Name, err)
 	}
 	st.DueNow, st.Claimed, st.Parked = int(dueNow.Int64), int(claimed.Int64), int(parked.Int64)
 	st.Earliest, st.Latest = earliest.t, latest.t
-	rows, err := d.Reader.QueryContext(ctx, d.Queries.StatsByDestination)
+	rows, err := d.Run.Reader.QueryContext(ctx, s.st.StatsByDestination.SQL)
 	if err != nil {
 		return persistence.Stats{}, fmt.Errorf("%s: stats: %w", d.Name, err)
 	}
@@ -64,18 +64,18 @@ func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persi
 	if err := Opened(s); err != nil {
 		return nil, err
 	}
-	if s.d.Storable != nil {
+	if s.d.Check.Storable != nil {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("%s: list: %w", s.d.Name, err)
 		}
 		for _, v := range []string{opts.Owner, opts.Key} {
-			if v != "" && !s.d.Storable(v) {
+			if v != "" && !s.d.Check.Storable(v) {
 				return nil, nil // no timeout has that owner or key (see Dialect.Storable)
 			}
 		}
 	}
 	query, args := ListStatement(s, opts)
-	rows, err := s.d.Reader.QueryContext(ctx, query, args...)
+	rows, err := s.d.Run.Reader.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: list: %w", s.d.Name, err)
 	}
@@ -103,14 +103,14 @@ func (s *Store) List(ctx context.Context, opts persistence.ListOptions) ([]persi
 // term bounds an index scan on (due, id) where a row comparison or an OR alone might not.
 func ListStatement(s *Store, opts persistence.ListOptions) (string, []any) {
 	d := &s.d
-	l := d.Queries.List
+	l := d.SQL.List
 	limit := opts.Limit
 	if limit <= 0 {
 		limit = defaultListLimit
 	}
-	b := binder{d: d}
+	b := listBinder{b: &d.Bind}
 	timeParam := func(name string, t time.Time) string {
-		p := b.bind(name, d.Time(t))
+		p := b.bind(name, d.Bind.time(t))
 		if l.TimeParam != nil {
 			p = l.TimeParam(p)
 		}
@@ -119,13 +119,13 @@ func ListStatement(s *Store, opts persistence.ListOptions) (string, []any) {
 	var where []string
 	if opts.Owner != "" {
 		// <> '' matches the partial owner indexes.
-		where = append(where, l.Owner+" = "+b.bind("owner", d.Text(opts.Owner))+" AND "+l.Owner+" <> ''")
+		where = append(where, l.Owner+" = "+b.bind("owner", d.Bind.text(opts.Owner))+" AND "+l.Owner+" <> ''")
 	}
 	if opts.Destination != "" {
-		where = append(where, l.Destination+" = "+b.bind("destination", d.Text(opts.Destination)))
+		where = append(where, l.Destination+" = "+b.bind("destination", d.Bind.text(opts.Destination)))
 	}
 	if opts.Key != "" {
-		where = append(where, l.Key+" = "+b.bind("key", d.Text(opts.Key)))
+		where = append(where, l.Key+" = "+b.bind("key", d.Bind.text(opts.Key)))
 	}
 	if opts.Parked {
 		where = append(where, l.Parked+" IS NOT NULL")
@@ -141,7 +141,7 @@ func ListStatement(s *Store, opts persistence.ListOptions) (string, []any) {
 		after := opts.After.Due.UTC().Truncate(time.Microsecond)
 		due := func() string { return timeParam("afterDue", after) }
 		where = append(where, fmt.Sprintf("%[1]s >= %[3]s AND (%[1]s > %[4]s OR %[1]s = %[5]s AND %[2]s > %[6]s)",
-			l.Due, l.ID, due(), due(), due(), b.bind("afterID", d.Text(opts.After.ID))))
+			l.Due, l.ID, due(), due(), due(), b.bind("afterID", d.Bind.text(opts.After.ID))))
 	}
 	var q strings.Builder
 	q.WriteString("SELECT ")
@@ -159,34 +159,35 @@ func ListStatement(s *Store, opts persistence.ListOptions) (string, []any) {
 	return q.String(), b.args
 }
 
-// binder binds a statement's parameters as the dialect does: ? in order, $n numbered, or @name,
-// a name given twice bound once where the dialect allows.
-type binder struct {
-	d     *Dialect
+// listBinder binds the parameters of List's statement, which is made for the filters set, as
+// the dialect does: ? in order, $n numbered, or @name, a name given twice bound once where the
+// style allows.
+type listBinder struct {
+	b     *Binding
 	names []string
 	args  []any
 }
 
 // bind returns the placeholder of the parameter name with value v.
-func (b *binder) bind(name string, v any) string {
-	if b.d.Named || b.d.Numbered {
+func (b *listBinder) bind(name string, v any) string {
+	if b.b.Style != Positional {
 		if i := slices.Index(b.names, name); i >= 0 {
 			return b.placeholder(i)
 		}
 	}
 	b.names = append(b.names, name)
-	if b.d.Named {
+	if b.b.Style == Named {
 		v = sql.Named(name, v)
 	}
 	b.args = append(b.args, v)
 	return b.placeholder(len(b.args) - 1)
 }
 
-func (b *binder) placeholder(i int) string {
-	switch {
-	case b.d.Named:
+func (b *listBinder) placeholder(i int) string {
+	switch b.b.Style {
+	case Named:
 		return "@" + b.names[i]
-	case b.d.Numbered:
+	case Numbered:
 		return "$" + strconv.Itoa(i+1)
 	}
 	return "?"

@@ -25,21 +25,21 @@ func (s *Store) Park(ctx context.Context, id, reason string) (bool, error) {
 	if reason == "" {
 		return false, fmt.Errorf("%w: a parking reason is required", persistence.ErrInvalidTimeout)
 	}
-	if s.d.Storable != nil {
+	if s.d.Check.Storable != nil {
 		if err := ctx.Err(); err != nil {
 			return false, fmt.Errorf("%s: park %q: %w", s.d.Name, id, err)
 		}
-		if !s.d.Storable(id) {
+		if !s.d.Check.Storable(id) {
 			return false, nil
 		}
 	}
 	d := &s.d
-	n, err := s.writeCount(ctx, d.Queries.Park, s.args(parkParams, d.Time(persistence.MaxDue), d.Text(ParkReason(reason)), d.Text(id)))
+	n, err := s.writeCount(ctx, s.st.Park.SQL, s.st.Park.Args(ParkParams{ID: id, Reason: ParkReason(reason)}))
 	if err == nil && n == 0 {
 		// A server that counts changed rows (MariaDB) counts none when the row was parked with
 		// this reason already: look.
 		var one int
-		err = queryRow(ctx, d.Reader, d.Queries.Exists, s.args(idParams, d.Text(id)), &one)
+		err = queryRow(ctx, d.Run.Reader, s.st.Exists.SQL, s.st.Exists.Args(IDParams{ID: id}), &one)
 		if errors.Is(err, sql.ErrNoRows) {
 			return false, nil
 		}
@@ -86,8 +86,8 @@ func (s *Store) parkedIn(ctx context.Context, what string, of func(Queries) func
 	if err := Opened(s); err != nil {
 		return 0, err
 	}
-	query := of(s.d.Queries)
-	if s.d.Storable != nil {
+	query := of(s.d.SQL)
+	if s.d.Check.Storable != nil {
 		if err := ctx.Err(); err != nil {
 			return 0, fmt.Errorf("%s: %s: %w", s.d.Name, what, err)
 		}
@@ -95,7 +95,7 @@ func (s *Store) parkedIn(ctx context.Context, what string, of func(Queries) func
 	ids = s.keys(ids)
 	total := 0
 	for chunk := range slices.Chunk(ids, s.maxIn(len(ids))) {
-		n, err := s.writeCount(ctx, query(len(chunk)), s.d.IDArgs(chunk))
+		n, err := s.writeCount(ctx, query(len(chunk)), s.d.Bind.IDArgs(chunk))
 		if err != nil {
 			return total, fmt.Errorf("%s: %s: %w", s.d.Name, what, err)
 		}
@@ -113,7 +113,7 @@ func (s *Store) ClaimDueAs(ctx context.Context, instance string, now time.Time, 
 	if err := ValidInstance(instance); err != nil {
 		return nil, err
 	}
-	return s.claimDue(ctx, s.d.Text(instance), now, limit, lease)
+	return s.claimDue(ctx, instance, now, limit, lease)
 }
 
 // ReleaseClaimsOf makes every timeout instance holds claimed, neither hidden nor parked,
@@ -126,10 +126,9 @@ func (s *Store) ReleaseClaimsOf(ctx context.Context, instance string) (int, erro
 	if err := ValidInstance(instance); err != nil {
 		return 0, err
 	}
-	d := &s.d
-	n, err := s.writeCount(ctx, d.Queries.ReleaseClaimsOf, s.args(heldParams, d.Text(instance), d.Time(persistence.HiddenFrom)))
+	n, err := s.writeCount(ctx, s.st.ReleaseClaimsOf.SQL, s.st.ReleaseClaimsOf.Args(InstanceParams{Instance: instance}))
 	if err != nil {
-		return 0, fmt.Errorf("%s: release the claims of %q: %w", d.Name, instance, err)
+		return 0, fmt.Errorf("%s: release the claims of %q: %w", s.d.Name, instance, err)
 	}
 	return int(n), nil
 }
@@ -158,10 +157,10 @@ func (s *Store) HoldInstance(ctx context.Context, instance string) (func() error
 	if err := ValidInstance(instance); err != nil {
 		return nil, err
 	}
-	if s.d.Hold == nil {
+	if s.d.Locks.Hold == nil {
 		return nil, fmt.Errorf("%s: hold instance %q: this store cannot hold a name", s.d.Name, instance)
 	}
-	release, held, err := s.d.Hold(ctx, instance)
+	release, held, err := s.d.Locks.Hold(ctx, instance)
 	if err != nil {
 		return nil, fmt.Errorf("%s: hold instance %q: %w", s.d.Name, instance, err)
 	}

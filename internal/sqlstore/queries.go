@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 )
 
@@ -11,9 +10,8 @@ import (
 const Columns = "id, destination, due, available_at, owner, payload, metadata, failure_count"
 
 // Standard returns the statements that read and change the table t (quoted) alike in PostgreSQL,
-// MariaDB and SQLite; a backend adds Claim and Hide, and what it needs to Store. With dollar, the
-// parameters are numbered, $1, $2, … (see Dialect.Numbered), and a statement's ids are one array,
-// = ANY($1) (PostgreSQL); otherwise they are ? and a list, IN (?, ?, …).
+// MariaDB and SQLite; a backend adds Claim and Hide, and what it needs to Store. With Numbered, a
+// statement's ids are one array, = ANY($1) (PostgreSQL); otherwise they are a list, IN (?, ?, …).
 //
 // available_at is when a row can next be claimed: its due time until it is claimed, then the end
 // of the claim's lease. Claims and Next use its index, and no watermark is kept, so a timeout
@@ -29,64 +27,43 @@ const Columns = "id, destination, due, available_at, owner, payload, metadata, f
 // rows out. claimed_by is the instance of ClaimDueAs that claimed a row last, NULL for none; it
 // has no index, since every claim writes it (ReleaseClaimsOf, run once at a manager's start,
 // reads the table).
-func Standard(t string, dollar bool) Queries {
-	// ps returns the placeholders of a statement's k parameters.
-	ps := func(k int) []any {
-		out := make([]any, k)
-		for i := range out {
-			out[i] = "?"
-			if dollar {
-				out[i] = "$" + strconv.Itoa(i+1)
-			}
-		}
-		return out
-	}
+func Standard(t string, style Style) Queries {
 	in := func(int) string { return "= ANY($1)" }
-	if !dollar {
+	if style != Numbered {
 		in = func(n int) string { return "IN (" + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + ")" }
 	}
-	one := ps(1)[0]
-	store := ps(8)
-	schedule, reschedule, now, park, held := ps(9), ps(4), ps(2), ps(3), ps(2)
-	if dollar { // due is bound once, as due and as available_at
-		store = append(ps(3), ps(7)[2:]...)
-		schedule = append(ps(3), ps(8)[2:]...)
-		reschedule = []any{"$1", "$1", "$2", "$3"}
-		now = []any{"$1", "$1"}
-	}
 	const read = "destination, due, owner, payload, metadata, failure_count, COALESCE(dedup_key, ''), COALESCE(parked_reason, '')"
+	const values = "@id, @destination, @due, @due, @owner, @state, @headers, @failureCount"
 	return Queries{
 		Store: fmt.Sprintf(`INSERT INTO %s (%s)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s)`, append([]any{t, Columns}, store...)...),
+VALUES (%s)`, t, Columns, values),
 		Next:                  fmt.Sprintf(`SELECT MIN(available_at) FROM %s`, t),
-		Peek:                  fmt.Sprintf(`SELECT %s FROM %s WHERE id = %s`, read, t, one),
-		Delete:                fmt.Sprintf(`DELETE FROM %s WHERE id = %s`, t, one),
-		IncrementFailureCount: fmt.Sprintf(`UPDATE %s SET failure_count = failure_count + 1 WHERE id = %s`, t, one),
-		CancelByOwner:         fmt.Sprintf(`DELETE FROM %s WHERE owner = %s AND owner <> ''`, t, one),
+		Peek:                  fmt.Sprintf(`SELECT %s FROM %s WHERE id = @id`, read, t),
+		Delete:                fmt.Sprintf(`DELETE FROM %s WHERE id = @id`, t),
+		IncrementFailureCount: fmt.Sprintf(`UPDATE %s SET failure_count = failure_count + 1 WHERE id = @id`, t),
+		CancelByOwner:         fmt.Sprintf(`DELETE FROM %s WHERE owner = @owner AND owner <> ''`, t),
 		// A row is claimed at now while its available_at is neither its due time nor past.
-		Stats: fmt.Sprintf(`SELECT COUNT(*), SUM(CASE WHEN due <= %[2]s AND parked_reason IS NULL THEN 1 ELSE 0 END),
-	SUM(CASE WHEN available_at <> due AND available_at > %[3]s AND parked_reason IS NULL THEN 1 ELSE 0 END),
+		Stats: fmt.Sprintf(`SELECT COUNT(*), SUM(CASE WHEN due <= @now AND parked_reason IS NULL THEN 1 ELSE 0 END),
+	SUM(CASE WHEN available_at <> due AND available_at > @now AND parked_reason IS NULL THEN 1 ELSE 0 END),
 	SUM(CASE WHEN parked_reason IS NOT NULL THEN 1 ELSE 0 END), MIN(due), MAX(due)
-FROM %[1]s`, t, now[0], now[1]),
+FROM %s`, t),
 		StatsByDestination: fmt.Sprintf(`SELECT destination, COUNT(*) FROM %s GROUP BY destination`, t),
 		List: ListSQL{
 			From: fmt.Sprintf(`id, destination, due, owner, metadata, failure_count, COALESCE(dedup_key, ''), COALESCE(parked_reason, '') FROM %s`, t),
 			ID:   "id", Due: "due", Owner: "owner", Destination: "destination", Key: "dedup_key", Parked: "parked_reason",
 		},
-		Exists:    fmt.Sprintf(`SELECT 1 FROM %s WHERE id = %s`, t, one),
-		KeyHolder: fmt.Sprintf(`SELECT id, due, available_at FROM %s WHERE dedup_key = %s`, t, one),
-		DropKey:   fmt.Sprintf(`UPDATE %s SET dedup_key = NULL WHERE id = %s`, t, one),
+		Exists:    fmt.Sprintf(`SELECT 1 FROM %s WHERE id = @id`, t),
+		KeyHolder: fmt.Sprintf(`SELECT id, due, available_at FROM %s WHERE dedup_key = @key`, t),
+		DropKey:   fmt.Sprintf(`UPDATE %s SET dedup_key = NULL WHERE id = @id`, t),
 		Schedule: fmt.Sprintf(`INSERT INTO %s (%s, dedup_key)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)`, append([]any{t, Columns}, schedule...)...),
-		Reschedule: fmt.Sprintf(`UPDATE %s SET due = %s, available_at = %s
-WHERE id = %s AND (available_at = due OR available_at <= %s) AND parked_reason IS NULL`,
-			append([]any{t}, reschedule...)...),
-		Survey: fmt.Sprintf(`SELECT destination, COUNT(*), MAX(due), SUM(CASE WHEN available_at >= %s AND available_at <> due THEN 1 ELSE 0 END)
-FROM %s WHERE due >= %s AND parked_reason IS NULL`+" GROUP BY destination", ps(2)[0], t, ps(2)[1]),
-		Park: fmt.Sprintf(`UPDATE %s SET available_at = %s, parked_reason = %s, claimed_by = NULL, dedup_key = NULL WHERE id = %s`,
-			append([]any{t}, park...)...),
+VALUES (%s, @key)`, t, Columns, values),
+		Reschedule: fmt.Sprintf(`UPDATE %s SET due = @due, available_at = @due
+WHERE id = @id AND (available_at = due OR available_at <= @now) AND parked_reason IS NULL`, t),
+		Survey: fmt.Sprintf(`SELECT destination, COUNT(*), MAX(due), SUM(CASE WHEN available_at >= @hiddenFrom AND available_at <> due THEN 1 ELSE 0 END)
+FROM %s WHERE due >= @from AND parked_reason IS NULL GROUP BY destination`, t),
+		Park: fmt.Sprintf(`UPDATE %s SET available_at = @parkedAt, parked_reason = @reason, claimed_by = NULL, dedup_key = NULL WHERE id = @id`, t),
 		ReleaseClaimsOf: fmt.Sprintf(`UPDATE %s SET available_at = due, claimed_by = NULL
-WHERE claimed_by = %s AND available_at <> due AND available_at < %s AND parked_reason IS NULL`, t, held[0], held[1]),
+WHERE claimed_by = @instance AND available_at <> due AND available_at < @hiddenFrom AND parked_reason IS NULL`, t),
 		PeekIn: func(n int) string {
 			return fmt.Sprintf(`SELECT id, %s FROM %s WHERE id %s`, read, t, in(n))
 		},

@@ -32,8 +32,8 @@ func (s *Store) Schedule(ctx context.Context, t persistence.Timeout, now time.Ti
 		return err
 	}
 	err := s.retry(ctx, func() error {
-		if t.Key != "" && s.d.KeyTx != nil {
-			return s.d.KeyTx(ctx, t.Key, run)
+		if t.Key != "" && s.d.Locks.KeyTx != nil {
+			return s.d.Locks.KeyTx(ctx, t.Key, run)
 		}
 		return s.write(ctx, true, run)
 	})
@@ -78,26 +78,16 @@ func (s *Store) checkSchedule(t persistence.Timeout, policy persistence.KeyPolic
 // pending holder of the key is kept (Duplicate) or deleted (Replaced); a claimed holder gives its
 // key up. The insert skips a taken id or key rather than fail, and then it looks again.
 func (s *Store) schedule(ctx context.Context, q Querier, t persistence.Timeout, now time.Time, policy persistence.KeyPolicy) (persistence.Scheduled, error) {
-	d := &s.d
+	st := s.st
 	now = now.UTC().Truncate(time.Microsecond)
-	payload := t.Payload
-	if payload == nil {
-		payload = []byte{}
-	}
-	due := d.Time(RoundUpMicro(t.Due))
-	var key any // NULL for none
-	if t.Key != "" {
-		key = d.Text(t.Key)
-	}
-	metadata := persistence.EncodeMetadata(t.Metadata)
-	if t.Key != "" && d.Queries.KeyLock != "" {
-		if _, err := q.ExecContext(ctx, d.Queries.KeyLock, s.args(keyParams, key)...); err != nil {
+	if t.Key != "" && st.KeyLock.SQL != "" {
+		if _, err := q.ExecContext(ctx, st.KeyLock.SQL, st.KeyLock.Args(KeyParams{Key: t.Key})...); err != nil {
 			return persistence.Scheduled{}, err
 		}
 	}
 	for range scheduleLaps {
 		var one int
-		err := queryRow(ctx, q, d.Queries.Exists, s.args(idParams, d.Text(t.ID)), &one)
+		err := queryRow(ctx, q, st.Exists.SQL, st.Exists.Args(IDParams{ID: t.ID}), &one)
 		if err == nil {
 			return persistence.Scheduled{ID: t.ID, Outcome: persistence.Existed}, nil
 		}
@@ -112,21 +102,20 @@ func (s *Store) schedule(ctx context.Context, q Querier, t persistence.Timeout, 
 				return persistence.Scheduled{}, err
 			case !found:
 			case !pending: // being delivered: it keeps no key
-				if _, err := s.count(ctx, q, d.Queries.DropKey, s.args(idParams, d.Text(holder))); err != nil {
+				if _, err := s.count(ctx, q, st.DropKey.SQL, st.DropKey.Args(IDParams{ID: holder})); err != nil {
 					return persistence.Scheduled{}, err
 				}
 			case policy == persistence.KeyKeep:
 				return persistence.Scheduled{ID: holder, Outcome: persistence.Duplicate}, nil
 			default:
-				if _, err := s.count(ctx, q, d.Queries.Delete, s.args(idParams, d.Text(holder))); err != nil {
+				if _, err := s.count(ctx, q, st.Delete.SQL, st.Delete.Args(IDParams{ID: holder})); err != nil {
 					return persistence.Scheduled{}, err
 				}
 				out = persistence.Scheduled{ID: t.ID, Outcome: persistence.Replaced, Replaced: holder}
 			}
 		}
-		n, err := s.count(ctx, q, d.Queries.Schedule, s.args(schedParams, d.Text(t.ID), d.Text(t.Destination), due, due,
-			d.Text(t.Owner), payload, metadata, int64(t.FailureCount), key))
-		if d.IsDuplicate != nil && d.IsDuplicate(err) {
+		n, err := s.count(ctx, q, st.Schedule.SQL, st.Schedule.Args(ScheduleParams{StoreParams: storeParams(t), Key: t.Key}))
+		if s.d.Errors.IsDuplicate != nil && s.d.Errors.IsDuplicate(err) {
 			n, err = 0, nil
 		}
 		if err != nil {
@@ -143,7 +132,7 @@ func (s *Store) schedule(ctx context.Context, q Querier, t persistence.Timeout, 
 // keyHolder finds the timeout holding key, locks it, and says whether it is pending at now.
 func (s *Store) keyHolder(ctx context.Context, q Querier, key string, now time.Time) (id string, pending, found bool, err error) {
 	due, available := s.timeValue(), s.timeValue()
-	err = queryRow(ctx, q, s.d.Queries.KeyHolder, s.args(keyParams, s.d.Text(key)), &id, due, available)
+	err = queryRow(ctx, q, s.st.KeyHolder.SQL, s.st.KeyHolder.Args(KeyParams{Key: key}), &id, due, available)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, false, nil
 	}
@@ -161,20 +150,19 @@ func (s *Store) Reschedule(ctx context.Context, id string, due, now time.Time) (
 	if err := persistence.ValidateDue(due); err != nil {
 		return false, err
 	}
-	if s.d.Storable != nil {
+	if s.d.Check.Storable != nil {
 		if err := ctx.Err(); err != nil {
 			return false, fmt.Errorf("%s: reschedule %q: %w", s.d.Name, id, err)
 		}
-		if !s.d.Storable(id) {
+		if !s.d.Check.Storable(id) {
 			return false, nil
 		}
 	}
-	d := &s.d
-	at := d.Time(RoundUpMicro(due))
-	n, err := s.writeCount(ctx, d.Queries.Reschedule,
-		s.args(reschParams, at, at, d.Text(id), d.Time(now.UTC().Truncate(time.Microsecond))))
+	n, err := s.writeCount(ctx, s.st.Reschedule.SQL, s.st.Reschedule.Args(RescheduleParams{
+		ID: id, Due: RoundUpMicro(due), Now: now.UTC().Truncate(time.Microsecond),
+	}))
 	if err != nil {
-		return false, fmt.Errorf("%s: reschedule %q: %w", d.Name, id, err)
+		return false, fmt.Errorf("%s: reschedule %q: %w", s.d.Name, id, err)
 	}
 	return n > 0, nil
 }

@@ -21,36 +21,45 @@ const defaultListLimit = 100
 // persistence.Store, Inspector and Handover and the batch calls, and return errors that start
 // with the dialect's name.
 type Store struct {
-	d         Dialect
+	d Dialect
+	// st are d.SQL's statements, compiled for d.Bind.
+	st        *Statements
 	holds     holds
 	closeOnce sync.Once
 	// notOpened is the error of every call on a store no Open or New made.
 	notOpened error
 }
 
-// New returns a store run as d says.
-func New(d Dialect) *Store {
-	if d.Reader == nil {
-		d.Reader = d.DB
+// New returns a store run as d says. It fails when a statement of d.SQL does not compile (see
+// Compile): a mistake in the backend, which its tests catch.
+func New(d Dialect) (*Store, error) {
+	if d.Run.Reader == nil {
+		d.Run.Reader = d.DB
 	}
-	if d.Writer == nil {
-		d.Writer = d.DB
+	if d.Run.Writer == nil {
+		d.Run.Writer = d.DB
 	}
-	if d.Text == nil {
-		d.Text = func(s string) any { return s }
-	}
-	if d.IDArgs == nil {
-		text := d.Text
-		d.IDArgs = func(ids []string) []any {
+	s := &Store{d: d}
+	if s.d.Bind.IDArgs == nil {
+		b := &s.d.Bind
+		s.d.Bind.IDArgs = func(ids []string) []any {
 			args := make([]any, len(ids))
 			for i, id := range ids {
-				args[i] = text(id)
+				args[i] = b.text(id)
 			}
 			return args
 		}
 	}
-	return &Store{d: d}
+	st, err := CompileQueries(d.SQL, &s.d.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", d.Name, err)
+	}
+	s.st = st
+	return s, nil
 }
+
+// StatementsOf returns the compiled statements of s, for a backend that runs some itself.
+func StatementsOf(s *Store) *Statements { return s.st }
 
 // NotOpened returns a store whose every call fails, saying that it was not opened: what a
 // backend's zero or nil *Store runs on, so that it fails rather than panics.
@@ -85,11 +94,11 @@ func DatabaseTime(ctx context.Context, s *Store) (time.Time, error) {
 	if err := Opened(s); err != nil {
 		return time.Time{}, err
 	}
-	if s.d.Queries.Now == "" {
+	if s.st.Now.SQL == "" {
 		return time.Time{}, fmt.Errorf("%s: the database's time: %w", s.d.Name, persistence.ErrUnsupported)
 	}
 	now := s.timeValue()
-	if err := queryRow(ctx, s.d.Reader, s.d.Queries.Now, nil, now); err != nil {
+	if err := queryRow(ctx, s.d.Run.Reader, s.st.Now.SQL, nil, now); err != nil {
 		return time.Time{}, fmt.Errorf("%s: the database's time: %w", s.d.Name, err)
 	}
 	if !now.valid {
@@ -106,16 +115,9 @@ func (s *Store) Store(ctx context.Context, t persistence.Timeout) (bool, error) 
 	if err := s.validate(t, true); err != nil {
 		return false, err
 	}
-	payload := t.Payload
-	if payload == nil {
-		payload = []byte{}
-	}
 	d := &s.d
-	due := d.Time(RoundUpMicro(t.Due))
-	args := s.args(storeParams, d.Text(t.ID), d.Text(t.Destination), due, due, d.Text(t.Owner), payload,
-		persistence.EncodeMetadata(t.Metadata), int64(t.FailureCount))
-	n, err := s.writeCount(ctx, d.Queries.Store, args)
-	if d.IsDuplicate != nil && d.IsDuplicate(err) {
+	n, err := s.writeCount(ctx, s.st.Store.SQL, s.st.Store.Args(storeParams(t)))
+	if d.Errors.IsDuplicate != nil && d.Errors.IsDuplicate(err) {
 		return false, nil // stored by another Store of the same id at the same moment
 	}
 	if err != nil {
@@ -134,8 +136,8 @@ func (s *Store) validate(t persistence.Timeout, unkeyed bool) error {
 	if err := check(); err != nil {
 		return err
 	}
-	if s.d.Validate != nil {
-		return s.d.Validate(t)
+	if s.d.Check.Validate != nil {
+		return s.d.Check.Validate(t)
 	}
 	return nil
 }
@@ -146,7 +148,7 @@ func (s *Store) Next(ctx context.Context) (time.Time, bool, error) {
 		return time.Time{}, false, err
 	}
 	next := s.timeValue()
-	if err := queryRow(ctx, s.d.Reader, s.d.Queries.Next, nil, next); err != nil {
+	if err := queryRow(ctx, s.d.Run.Reader, s.st.Next.SQL, nil, next); err != nil {
 		return time.Time{}, false, fmt.Errorf("%s: next: %w", s.d.Name, err)
 	}
 	return next.t, next.valid, nil
@@ -158,11 +160,11 @@ func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease ti
 	if err := Opened(s); err != nil {
 		return nil, err
 	}
-	return s.claimDue(ctx, nil, now, limit, lease)
+	return s.claimDue(ctx, "", now, limit, lease)
 }
 
-// claimDue claims for by, the bound instance name or nil for none.
-func (s *Store) claimDue(ctx context.Context, by any, now time.Time, limit int, lease time.Duration) ([]string, error) {
+// claimDue claims for by, the instance name or "" for none.
+func (s *Store) claimDue(ctx context.Context, by string, now time.Time, limit int, lease time.Duration) ([]string, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -176,11 +178,12 @@ func (s *Store) claimDue(ctx context.Context, by any, now time.Time, limit int, 
 		claims []Claimed
 		err    error
 	)
-	if s.d.Claim != nil {
-		claims, err = s.d.Claim(ctx, now, until, limit, by)
+	p := ClaimParams{Now: now, Until: until, Limit: limit, By: by}
+	if s.d.Own.Claim != nil {
+		claims, err = s.d.Own.Claim(ctx, p)
 	} else {
 		err = s.write(ctx, false, func(ctx context.Context, q Querier) error {
-			claims, err = s.claim(ctx, q, now, until, limit, by)
+			claims, err = s.claim(ctx, q, p)
 			return err
 		})
 	}
@@ -198,14 +201,13 @@ func (s *Store) claimDue(ctx context.Context, by any, now time.Time, limit int, 
 	return ids, nil
 }
 
-func (s *Store) claim(ctx context.Context, q Querier, now, until time.Time, limit int, by any) ([]Claimed, error) {
-	d := &s.d
-	rows, err := q.QueryContext(ctx, d.Queries.Claim, s.args(claimParams, d.Time(until), d.Time(now), int64(limit), by)...)
+func (s *Store) claim(ctx context.Context, q Querier, p ClaimParams) ([]Claimed, error) {
+	rows, err := q.QueryContext(ctx, s.st.Claim.SQL, s.st.Claim.Args(p)...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	claims := make([]Claimed, 0, min(limit, 1000))
+	claims := make([]Claimed, 0, min(p.Limit, 1000))
 	due := s.timeValue()
 	for rows.Next() {
 		var c Claimed
@@ -226,17 +228,17 @@ func (s *Store) Peek(ctx context.Context, id string) (persistence.Timeout, error
 	if err := Opened(s); err != nil {
 		return persistence.Timeout{}, err
 	}
-	if s.d.Storable != nil {
+	if s.d.Check.Storable != nil {
 		if err := ctx.Err(); err != nil {
 			return persistence.Timeout{}, fmt.Errorf("%s: peek %q: %w", s.d.Name, id, err)
 		}
-		if !s.d.Storable(id) {
+		if !s.d.Check.Storable(id) {
 			return persistence.Timeout{}, fmt.Errorf("%w: %q", persistence.ErrNotFound, id)
 		}
 	}
 	r := s.newRow()
 	r.t.ID = id
-	err := queryRow(ctx, s.d.Reader, s.d.Queries.Peek, s.args(idParams, s.d.Text(id)),
+	err := queryRow(ctx, s.d.Run.Reader, s.st.Peek.SQL, s.st.Peek.Args(IDParams{ID: id}),
 		&r.t.Destination, &r.due, &r.t.Owner, &r.t.Payload, &r.metadata, &r.t.FailureCount, &r.t.Key, &r.t.Parked)
 	if errors.Is(err, sql.ErrNoRows) {
 		return persistence.Timeout{}, fmt.Errorf("%w: %q", persistence.ErrNotFound, id)
@@ -255,7 +257,7 @@ func (s *Store) Remove(ctx context.Context, id string) (bool, error) {
 	if err := Opened(s); err != nil {
 		return false, err
 	}
-	return s.execOne(ctx, "remove", s.d.Queries.Delete, id)
+	return s.execOne(ctx, "remove", &s.st.Delete, id)
 }
 
 // Cancel deletes the timeout with that id so it is never delivered.
@@ -263,7 +265,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (bool, error) {
 	if err := Opened(s); err != nil {
 		return false, err
 	}
-	return s.execOne(ctx, "cancel", s.d.Queries.Delete, id)
+	return s.execOne(ctx, "cancel", &s.st.Delete, id)
 }
 
 // IncrementFailureCount records a failed forwarding attempt.
@@ -271,7 +273,7 @@ func (s *Store) IncrementFailureCount(ctx context.Context, id string) (bool, err
 	if err := Opened(s); err != nil {
 		return false, err
 	}
-	return s.execOne(ctx, "increment failure count of", s.d.Queries.IncrementFailureCount, id)
+	return s.execOne(ctx, "increment failure count of", &s.st.IncrementFailureCount, id)
 }
 
 // CancelByOwner deletes every timeout of owner. An empty owner cancels nothing: it means "no
@@ -280,15 +282,15 @@ func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
 	if err := Opened(s); err != nil {
 		return 0, err
 	}
-	if s.d.Storable != nil {
+	if s.d.Check.Storable != nil {
 		if err := ctx.Err(); err != nil {
 			return 0, fmt.Errorf("%s: cancel timeouts of %q: %w", s.d.Name, owner, err)
 		}
-		if owner == "" || !s.d.Storable(owner) {
+		if owner == "" || !s.d.Check.Storable(owner) {
 			return 0, nil
 		}
 	}
-	n, err := s.writeCount(ctx, s.d.Queries.CancelByOwner, s.args(ownerParams, s.d.Text(owner)))
+	n, err := s.writeCount(ctx, s.st.CancelByOwner.SQL, s.st.CancelByOwner.Args(OwnerParams{Owner: owner}))
 	if err != nil {
 		return 0, fmt.Errorf("%s: cancel timeouts of %q: %w", s.d.Name, owner, err)
 	}
@@ -296,19 +298,19 @@ func (s *Store) CancelByOwner(ctx context.Context, owner string) (int, error) {
 }
 
 // execOne runs a statement on one id and reports whether it found the row.
-func (s *Store) execOne(ctx context.Context, what, query, id string) (bool, error) {
+func (s *Store) execOne(ctx context.Context, what string, stmt *Stmt[IDParams], id string) (bool, error) {
 	if err := Opened(s); err != nil {
 		return false, err
 	}
-	if s.d.Storable != nil {
+	if s.d.Check.Storable != nil {
 		if err := ctx.Err(); err != nil {
 			return false, fmt.Errorf("%s: %s %q: %w", s.d.Name, what, id, err)
 		}
-		if !s.d.Storable(id) {
+		if !s.d.Check.Storable(id) {
 			return false, nil
 		}
 	}
-	n, err := s.writeCount(ctx, query, s.args(idParams, s.d.Text(id)))
+	n, err := s.writeCount(ctx, stmt.SQL, stmt.Args(IDParams{ID: id}))
 	if err != nil {
 		return false, fmt.Errorf("%s: %s %q: %w", s.d.Name, what, id, err)
 	}
@@ -330,34 +332,25 @@ func (s *Store) Close() error {
 	return err
 }
 
-// args binds vals, which have those names, as the dialect does: in their places, or, with
-// numbered or named parameters, each name once, at its first place.
-func (s *Store) args(names []string, vals ...any) []any {
-	if !s.d.Named && !s.d.Numbered {
-		return vals
+// storeParams are the columns of t as Store and Schedule insert them.
+func storeParams(t persistence.Timeout) StoreParams {
+	payload := t.Payload
+	if payload == nil {
+		payload = []byte{}
 	}
-	out := vals[:0] // vals is this call's own
-	for i, v := range vals {
-		if slices.Contains(names[:i], names[i]) {
-			continue
-		}
-		if s.d.Named {
-			v = sql.Named(names[i], v)
-		}
-		out = append(out, v)
-	}
-	return out
+	return StoreParams{ID: t.ID, Destination: t.Destination, Owner: t.Owner, Due: RoundUpMicro(t.Due), Payload: payload,
+		Metadata: persistence.EncodeMetadata(t.Metadata), FailureCount: t.FailureCount}
 }
 
 // write runs a change: on Writer, or in a transaction on DB when tx, or as Dialect.Write says.
 func (s *Store) write(ctx context.Context, tx bool, run func(ctx context.Context, q Querier) error) error {
-	if s.d.Write != nil {
-		return s.d.Write(ctx, tx, run)
+	if s.d.Run.Write != nil {
+		return s.d.Run.Write(ctx, tx, run)
 	}
 	if !tx {
-		return run(ctx, s.d.Writer)
+		return run(ctx, s.d.Run.Writer)
 	}
-	t, err := s.d.DB.BeginTx(ctx, s.d.TxOptions)
+	t, err := s.d.DB.BeginTx(ctx, s.d.Run.TxOptions)
 	if err != nil {
 		return err
 	}
@@ -369,11 +362,11 @@ func (s *Store) write(ctx context.Context, tx bool, run func(ctx context.Context
 
 // writeCount runs one changing statement and returns how many rows it changed.
 func (s *Store) writeCount(ctx context.Context, query string, args []any) (int64, error) {
-	if s.d.Write == nil {
-		return s.count(ctx, s.d.Writer, query, args)
+	if s.d.Run.Write == nil {
+		return s.count(ctx, s.d.Run.Writer, query, args)
 	}
 	var n int64
-	err := s.d.Write(ctx, false, func(ctx context.Context, q Querier) error {
+	err := s.d.Run.Write(ctx, false, func(ctx context.Context, q Querier) error {
 		var err error
 		n, err = s.count(ctx, q, query, args)
 		return err
@@ -382,7 +375,7 @@ func (s *Store) writeCount(ctx context.Context, query string, args []any) (int64
 }
 
 func (s *Store) count(ctx context.Context, q Querier, query string, args []any) (int64, error) {
-	if s.d.RowCount {
+	if s.d.Bind.RowCount {
 		var n int64
 		err := queryRow(ctx, q, query, args, &n)
 		return n, err

@@ -34,7 +34,7 @@ func (s *Store) storeRows(ctx context.Context, tx sqlstore.Querier, sorted []sql
 	rows := make([]batchRow, len(sorted))
 	ids := make([]string, len(sorted))
 	for i, r := range sorted {
-		rows[i] = batchRow{Row: r, due: formatTime(r.Due)}
+		rows[i] = batchRow{Row: r, due: sqlstore.FormatDatetime(r.Due)}
 		ids[i] = r.T.ID
 	}
 	stored, err := s.storedIDs(ctx, tx, ids, false)

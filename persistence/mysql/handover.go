@@ -2,16 +2,15 @@ package mysql
 
 import (
 	"context"
-	"time"
 
 	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
 // hideRetried hides, up to claimAttempts times while InnoDB chooses it as a deadlock victim.
-func (s *Store) hideRetried(ctx context.Context, now, from time.Time, limit int, mark time.Time) ([]persistence.Timeout, error) {
+func (s *Store) hideRetried(ctx context.Context, p sqlstore.HideParams) ([]persistence.Timeout, error) {
 	for attempt := 1; ; attempt++ {
-		hidden, err := s.hide(ctx, now, from, limit, mark)
+		hidden, err := s.hide(ctx, p)
 		if err == nil || !isServerError(err, errLockDeadlock) || attempt == claimAttempts {
 			return hidden, err
 		}
@@ -20,7 +19,7 @@ func (s *Store) hideRetried(ctx context.Context, now, from time.Time, limit int,
 
 // hide locks the rows, skipping rows others hold, and moves their claim to mark, in one READ
 // COMMITTED transaction, as a claim does.
-func (s *Store) hide(ctx context.Context, now, from time.Time, limit int, mark time.Time) (hidden []persistence.Timeout, err error) {
+func (s *Store) hide(ctx context.Context, p sqlstore.HideParams) (hidden []persistence.Timeout, err error) {
 	tx, err := s.db.BeginTx(ctx, readCommitted)
 	if err != nil {
 		return nil, err
@@ -30,14 +29,12 @@ func (s *Store) hide(ctx context.Context, now, from time.Time, limit int, mark t
 			_ = tx.Rollback()
 		}
 	}()
-	markText, fromText := formatTime(mark), formatTime(sqlstore.RoundUpMicro(from))
-	rows, err := tx.QueryContext(ctx, s.q.hideSelect,
-		fromText, fromText, formatTime(now.UTC().Truncate(time.Microsecond)), formatTime(persistence.HiddenFrom), markText, limit)
+	rows, err := tx.QueryContext(ctx, s.sel.hide.SQL, s.sel.hide.Args(p)...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	args := []any{markText, nil}
+	args := []any{sqlstore.FormatDatetime(p.Mark), nil} // no claiming instance
 	for rows.Next() {
 		t, err := sqlstore.ScanTimeout(s.core, rows)
 		if err != nil {

@@ -3,6 +3,7 @@ package mysql
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 )
@@ -31,7 +32,7 @@ func newQueries(table string) queries {
 	// taken" (the server undoes the statement alone, the transaction goes on): INSERT IGNORE
 	// would hide other errors too, and ON DUPLICATE KEY UPDATE's affected-rows count depends on
 	// the DSN's clientFoundRows, so it could not tell an insert from a duplicate.
-	core := sqlstore.Standard(t, false)
+	core := sqlstore.Standard(t, sqlstore.Positional)
 	// Locking reads: they read the latest committed row even in a caller's REPEATABLE READ
 	// transaction, whose snapshot would not show what a concurrent Schedule committed.
 	core.Exists += ` LOCK IN SHARE MODE`
@@ -73,8 +74,8 @@ func newQueries(table string) queries {
 		// FORCE INDEX: read the index in order and stop at limit, so that only the rows claimed
 		// are locked; a table scan and sort would lock every due row and starve other pollers.
 		claimSelect: fmt.Sprintf(`SELECT id, due FROM %s FORCE INDEX (available_at)
-WHERE available_at <= ? ORDER BY available_at LIMIT ? FOR UPDATE SKIP LOCKED`, t),
-		// available_at >= ? bounds the index scan: every row due at or after from is claimable
+WHERE available_at <= @now ORDER BY available_at LIMIT @limit FOR UPDATE SKIP LOCKED`, t),
+		// available_at >= @from bounds the index scan: every row due at or after from is claimable
 		// at or after from, and a hidden row after HiddenFrom. Rows a poller holds (leased past
 		// now, not hidden) are skipped, and rows another Hide is taking are skipped as a claim
 		// skips them.
@@ -82,10 +83,49 @@ WHERE available_at <= ? ORDER BY available_at LIMIT ? FOR UPDATE SKIP LOCKED`, t
 		hideSelect: fmt.Sprintf(`SELECT id, destination, due, owner, payload, metadata, failure_count, COALESCE(dedup_key, ''),
 	COALESCE(parked_reason, '')
 FROM %s FORCE INDEX (available_at)
-WHERE available_at >= ? AND (due >= ? AND (available_at = due OR available_at <= ?) OR available_at >= ? AND available_at <> ?)
+WHERE available_at >= @from AND (due >= @from AND (available_at = due OR available_at <= @now)
+		OR available_at >= @hiddenFrom AND available_at <> @mark)
 	AND parked_reason IS NULL
-ORDER BY available_at LIMIT ? FOR UPDATE SKIP LOCKED`, t),
+ORDER BY available_at LIMIT @limit FOR UPDATE SKIP LOCKED`, t),
 	}
+}
+
+// binding is how the store sends and reads values: ? in order, ids and owners as the binary
+// strings their columns hold, times as DATETIME text in UTC (so that the DSN's parseTime and loc,
+// and the session's time_zone, change nothing).
+func binding() sqlstore.Binding {
+	return sqlstore.Binding{Style: sqlstore.Positional, BinaryText: true, Times: sqlstore.TimeText, MaxIn: maxIn}
+}
+
+// lockParams are what claimSelect takes: rows claimable at @now, at most @limit.
+type lockParams struct {
+	Now   time.Time
+	Limit int
+}
+
+// Bind gives claimSelect's names.
+func (p lockParams) Bind(b *sqlstore.Binder) {
+	b.Time("now", p.Now)
+	b.Int("limit", p.Limit)
+}
+
+// selects are claimSelect and hideSelect compiled.
+type selects struct {
+	claim sqlstore.Stmt[lockParams]
+	hide  sqlstore.Stmt[sqlstore.HideParams]
+}
+
+func (q queries) compile() (selects, error) {
+	b := binding()
+	claim, err := sqlstore.Compile[lockParams](&b, q.claimSelect)
+	if err != nil {
+		return selects{}, fmt.Errorf("mysql: claim: %w", err)
+	}
+	hide, err := sqlstore.Compile[sqlstore.HideParams](&b, q.hideSelect)
+	if err != nil {
+		return selects{}, fmt.Errorf("mysql: hide: %w", err)
+	}
+	return selects{claim: claim, hide: hide}, nil
 }
 
 // placeholders returns "?, ?, …, ?" for n values.

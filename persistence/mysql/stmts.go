@@ -22,12 +22,15 @@ type statements struct {
 	closed bool
 }
 
-func newStatements(db *sql.DB, keep ...string) *statements {
-	s := &statements{db: db, keep: make(map[string]bool, len(keep)), stmts: make(map[string]*sql.Stmt)}
+func newStatements(db *sql.DB) *statements {
+	return &statements{db: db, keep: map[string]bool{}, stmts: make(map[string]*sql.Stmt)}
+}
+
+// keepOnly says which statements to keep prepared, before the store runs any.
+func (s *statements) keepOnly(keep ...string) {
 	for _, q := range keep {
 		s.keep[q] = true
 	}
-	return s
 }
 
 // get returns query prepared. database/sql prepares it again on each connection it runs on.

@@ -21,6 +21,9 @@ type Store struct {
 	db    *sql.DB
 	stmts *statements
 	q     queries
+	sel   selects
+	// read reads the times of the claim's own statement.
+	read sqlstore.Binding
 	openMark
 }
 
@@ -74,7 +77,12 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("mysql: connect: %w", err)
 	}
-	return newStore(db, true, config.Table), nil
+	s, err := newStore(db, true, config.Table)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // New returns a store on a *sql.DB the caller opened with the "mysql" driver, connected to the
@@ -87,24 +95,24 @@ func New(db *sql.DB, config Config) (*Store, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
-	return newStore(db, false, config.Table), nil
+	return newStore(db, false, config.Table)
 }
 
 // readCommitted is the isolation of the store's transactions: they take no gap locks, so they
 // never block a Store of a timeout that falls between the rows they lock.
 var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 
-func newStore(db *sql.DB, ownsDB bool, table string) *Store {
+func newStore(db *sql.DB, ownsDB bool, table string) (*Store, error) {
 	q := newQueries(table)
-	s := &Store{openMark: opened(), db: db, q: q}
-	s.stmts = newStatements(db, q.core.Store, q.core.Next, q.core.Peek, q.core.Delete,
-		q.core.IncrementFailureCount, q.core.CancelByOwner, q.claimSelect)
-	s.core = sqlstore.New(sqlstore.Dialect{
-		Name:      "mysql",
-		DB:        db,
-		Reader:    s.stmts,
-		Writer:    s.stmts,
-		TxOptions: readCommitted,
+	sel, err := q.compile()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{openMark: opened(), db: db, q: q, sel: sel, read: binding()}
+	s.stmts = newStatements(db)
+	s.core, err = sqlstore.New(sqlstore.Dialect{
+		Name: "mysql",
+		DB:   db,
 		Close: func() error {
 			err := s.stmts.close()
 			if ownsDB {
@@ -112,26 +120,42 @@ func newStore(db *sql.DB, ownsDB bool, table string) *Store {
 			}
 			return err
 		},
-		Queries:     q.core,
-		Text:        func(v string) any { return []byte(v) },
-		Time:        func(t time.Time) any { return formatTime(t) },
-		ReadTime:    readTime,
-		MaxIn:       maxIn,
-		Validate:    validateTimeout,
-		IsDuplicate: func(err error) bool { return isServerError(err, errDupEntry) },
-		// A deadlock, or a duplicate id withoutStored could not place.
-		Retry: func(err error) bool {
-			return isServerError(err, errLockDeadlock) || isServerError(err, errDupEntry)
+		Run:  sqlstore.Run{Reader: s.stmts, Writer: s.stmts, TxOptions: readCommitted, BatchTx: true},
+		SQL:  q.core,
+		Bind: binding(),
+		Errors: sqlstore.Errors{
+			IsDuplicate: func(err error) bool { return isServerError(err, errDupEntry) },
+			// A deadlock, or a duplicate id withoutStored could not place.
+			Retry: func(err error) bool {
+				return isServerError(err, errLockDeadlock) || isServerError(err, errDupEntry)
+			},
 		},
-		BatchTx:   true,
-		StoreRows: s.storeRows,
-		RemoveIDs: s.removeIDs,
-		KeyTx:     s.keyTx,
-		Claim:     s.claimDue,
-		Hide:      s.hideRetried,
-		Hold:      s.hold,
+		Locks: sqlstore.Locks{
+			Hold: s.hold,
+			// Locking the key's row is not enough on InnoDB (see keyTx).
+			KeyTx: s.keyTx,
+		},
+		Check: sqlstore.Check{Validate: validateTimeout},
+		Own: sqlstore.Own{
+			// Multi-row INSERTs after a look for the ids stored: a duplicate fails the whole
+			// statement on MariaDB, which has no ON CONFLICT DO NOTHING that leaves errors alone.
+			StoreRows: s.storeRows,
+			// Locks the rows before it deletes them: MariaDB's DELETE has no RETURNING of the rows
+			// deleted that a concurrent delete would not also report.
+			RemoveIDs: s.removeIDs,
+			// A locking SELECT with FORCE INDEX, then an UPDATE by id: MariaDB's UPDATE takes
+			// neither SKIP LOCKED nor RETURNING.
+			Claim: s.claimDue,
+			Hide:  s.hideRetried,
+		},
 	})
-	return s
+	if err != nil {
+		return nil, err
+	}
+	st := sqlstore.StatementsOf(s.core)
+	s.stmts.keepOnly(st.Store.SQL, st.Next.SQL, st.Peek.SQL, st.Delete.SQL, st.IncrementFailureCount.SQL,
+		st.CancelByOwner.SQL, s.sel.claim.SQL)
+	return s, nil
 }
 
 // Now returns the database server's current time, its UTC_TIMESTAMP(6), in one round trip: the
@@ -203,9 +227,9 @@ func validateTimeout(t persistence.Timeout) error {
 
 // claimDue claims, up to claimAttempts times while InnoDB chooses the claim as a deadlock
 // victim.
-func (s *Store) claimDue(ctx context.Context, now, until time.Time, limit int, by any) ([]sqlstore.Claimed, error) {
+func (s *Store) claimDue(ctx context.Context, p sqlstore.ClaimParams) ([]sqlstore.Claimed, error) {
 	for attempt := 1; ; attempt++ {
-		claims, err := s.claim(ctx, formatTime(now), formatTime(until), limit, by)
+		claims, err := s.claim(ctx, p)
 		if err == nil || !isServerError(err, errLockDeadlock) || attempt == claimAttempts {
 			return claims, err
 		}
@@ -215,7 +239,7 @@ func (s *Store) claimDue(ctx context.Context, now, until time.Time, limit int, b
 // claim locks the earliest claimable rows, skipping rows another claim holds, and moves them to
 // the end of the lease, in one READ COMMITTED transaction: it takes no gap locks, so it never
 // blocks a Store of a timeout that falls between the rows it claims.
-func (s *Store) claim(ctx context.Context, now, until string, limit int, by any) (claims []sqlstore.Claimed, err error) {
+func (s *Store) claim(ctx context.Context, p sqlstore.ClaimParams) (claims []sqlstore.Claimed, err error) {
 	tx, err := s.db.BeginTx(ctx, readCommitted)
 	if err != nil {
 		return nil, err
@@ -225,17 +249,20 @@ func (s *Store) claim(ctx context.Context, now, until string, limit int, by any)
 			_ = tx.Rollback()
 		}
 	}()
-	stmt, err := s.stmts.get(ctx, s.q.claimSelect)
+	stmt, err := s.stmts.get(ctx, s.sel.claim.SQL)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.StmtContext(ctx, stmt).QueryContext(ctx, now, limit)
+	rows, err := tx.StmtContext(ctx, stmt).QueryContext(ctx, s.sel.claim.Args(lockParams{Now: p.Now, Limit: p.Limit})...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	args := make([]any, 2, limit+2)
-	args[0], args[1] = until, by
+	args := make([]any, 2, p.Limit+2)
+	args[0], args[1] = sqlstore.FormatDatetime(p.Until), []byte(p.By)
+	if p.By == "" {
+		args[1] = nil // no claiming instance
+	}
 	for rows.Next() {
 		var (
 			c   sqlstore.Claimed
@@ -244,7 +271,7 @@ func (s *Store) claim(ctx context.Context, now, until string, limit int, by any)
 		if err := rows.Scan(&c.ID, &due); err != nil {
 			return nil, err
 		}
-		if c.Due, err = readTime(due); err != nil {
+		if c.Due, err = s.read.ReadTime(due); err != nil {
 			return nil, err
 		}
 		claims = append(claims, c)

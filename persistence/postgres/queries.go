@@ -47,7 +47,7 @@ func newQueries(schema, table string) queries {
 	ownerIndex := quoteIdent(indexName(table, "owner"))
 	keyIndex := quoteIdent(indexName(table, "dedup_key"))
 	dueIndex := quoteIdent(indexName(table, "due_id"))
-	core := sqlstore.Standard(t, true)
+	core := sqlstore.Standard(t, sqlstore.Numbered)
 	// clock_timestamp(), not now(): now() is when the transaction began (persistence.Clocked).
 	core.Now = `SELECT clock_timestamp()`
 	core.Store += ` ON CONFLICT (id) DO NOTHING`
@@ -57,7 +57,7 @@ func newQueries(schema, table string) queries {
 	core.KeyHolder += ` FOR UPDATE`
 	// Schedules of one key wait in turn for a lock on it: locking the holder's row alone, each
 	// replace would delete the row the others wait for, and they would all go round again.
-	core.KeyLock = fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, hashtext($1))`, lockSpace(t))
+	core.KeyLock = fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, hashtext(@key))`, lockSpace(t))
 	// One statement: lock the earliest claimable rows, skipping rows another claim holds, and
 	// move them to the end of the lease. The locked rows are updated by their ctid (a TID scan)
 	// rather than looked up again by id: a row we hold locked cannot move, and this saves a
@@ -66,23 +66,23 @@ func newQueries(schema, table string) queries {
 	// unclaimed, never claimed twice. The transaction of the claim commits without waiting for
 	// its WAL to be flushed (synchronous_commit = off, set for this transaction only): see
 	// ClaimDue.
-	core.Claim = fmt.Sprintf(`UPDATE %[1]s AS t SET available_at = $1, claimed_by = $4
+	core.Claim = fmt.Sprintf(`UPDATE %[1]s AS t SET available_at = @until, claimed_by = @by
 WHERE t.ctid = ANY (ARRAY(
-	SELECT ctid FROM %[1]s WHERE available_at <= $2 ORDER BY available_at LIMIT $3 FOR UPDATE SKIP LOCKED
+	SELECT ctid FROM %[1]s WHERE available_at <= @now ORDER BY available_at LIMIT @limit FOR UPDATE SKIP LOCKED
 ))
 AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
 RETURNING t.id, t.due`, t)
-	// available_at >= $2 bounds the index scan: every row due at or after from is claimable at
+	// available_at >= @from bounds the index scan: every row due at or after from is claimable at
 	// or after from, and a hidden row after HiddenFrom. Rows a poller holds (leased past now, not
 	// hidden) are skipped, and rows another Hide is taking are skipped as a claim skips them.
 	// Parked rows (available_at at MaxDue) are left alone.
 	core.Hide = fmt.Sprintf(`WITH hidden AS (
-	SELECT id FROM %[1]s WHERE available_at >= $2
-		AND (due >= $2 AND (available_at = due OR available_at <= $3) OR available_at >= $4 AND available_at <> $1)
+	SELECT id FROM %[1]s WHERE available_at >= @from
+		AND (due >= @from AND (available_at = due OR available_at <= @now) OR available_at >= @hiddenFrom AND available_at <> @mark)
 		AND parked_reason IS NULL
-	ORDER BY available_at LIMIT $5 FOR UPDATE SKIP LOCKED
+	ORDER BY available_at LIMIT @limit FOR UPDATE SKIP LOCKED
 )
-UPDATE %[1]s AS t SET available_at = $1, claimed_by = NULL FROM hidden WHERE t.id = hidden.id
+UPDATE %[1]s AS t SET available_at = @mark, claimed_by = NULL FROM hidden WHERE t.id = hidden.id
 RETURNING t.id, t.destination, t.due, t.owner, t.payload, t.metadata, t.failure_count, COALESCE(t.dedup_key, ''),
 	COALESCE(t.parked_reason, '')`, t)
 	return queries{
@@ -137,28 +137,35 @@ func lockSpace(t string) int32 {
 // dialect is how the core runs a store on db, which Close closes when ownsDB.
 func (q queries) dialect(db *sql.DB, ownsDB bool) sqlstore.Dialect {
 	d := sqlstore.Dialect{
-		Name:     "postgres",
-		DB:       db,
-		Numbered: true,
-		Queries:  q.core,
-		Time:     func(t time.Time) any { return t },
-		ReadTime: readTime,
-		// One array parameter, of any length.
-		IDArgs:   func(ids []string) []any { return []any{ids} },
-		Validate: validateTimeout,
-		// A deadlock victim of a Schedule, which PostgreSQL rolled back.
-		Retry: func(err error) bool {
-			var pe *pgconn.PgError
-			return errors.As(err, &pe) && pe.Code == "40P01"
+		Name: "postgres",
+		DB:   db,
+		SQL:  q.core,
+		Bind: sqlstore.Binding{
+			Style: sqlstore.Numbered,
+			Times: sqlstore.TimeValue,
+			// One array parameter, of any length.
+			IDArgs: func(ids []string) []any { return []any{ids} },
 		},
-		StoreRows: func(ctx context.Context, db sqlstore.Querier, rows []sqlstore.Row) ([]string, error) {
-			return storeRows(ctx, db, q.table, rows)
+		Check: sqlstore.Check{Validate: validateTimeout},
+		Errors: sqlstore.Errors{
+			// A deadlock victim of a Schedule, which PostgreSQL rolled back.
+			Retry: func(err error) bool {
+				var pe *pgconn.PgError
+				return errors.As(err, &pe) && pe.Code == "40P01"
+			},
 		},
-		Stats: func(ctx context.Context, now time.Time) (persistence.Stats, error) {
-			return q.counts.read(ctx, db, now)
+		Own: sqlstore.Own{
+			// One INSERT of arrays (unnest) takes a batch of any size in one round trip.
+			StoreRows: func(ctx context.Context, db sqlstore.Querier, rows []sqlstore.Row) ([]string, error) {
+				return storeRows(ctx, db, q.table, rows)
+			},
+			// The counts the database keeps as rows change (see counts), not a scan of the table.
+			Stats: func(ctx context.Context, now time.Time) (persistence.Stats, error) {
+				return q.counts.read(ctx, db, now)
+			},
 		},
 	}
-	d.Hold = func(ctx context.Context, instance string) (func() error, bool, error) {
+	d.Locks.Hold = func(ctx context.Context, instance string) (func() error, bool, error) {
 		key := q.instanceLock(instance)
 		return sqlstore.HoldOnConn(ctx, db, sqlstore.SessionLock{
 			// Never on a standby, where advisory locks work too but are the standby's own: a
@@ -191,14 +198,6 @@ func (q queries) dialect(db *sql.DB, ownsDB bool) sqlstore.Dialect {
 func (q queries) instanceLock(instance string) int64 {
 	sum := sha256.Sum256([]byte("timeoutmill instance\x00" + q.table + "\x00" + instance))
 	return int64(binary.BigEndian.Uint64(sum[:8]))
-}
-
-func readTime(src any) (time.Time, error) {
-	t, ok := src.(time.Time)
-	if !ok {
-		return time.Time{}, fmt.Errorf("postgres: cannot read %T as a time", src)
-	}
-	return t.UTC(), nil
 }
 
 // storeRows inserts rows in one statement, in id order, and returns the ids it inserted.

@@ -50,7 +50,12 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	return newStore(db, true, config), nil
+	s, err := newStore(db, true, config)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // New returns a store on a *sql.DB the caller opened with the "pgx" driver (for a pgxpool.Pool,
@@ -63,12 +68,16 @@ func New(db *sql.DB, config Config) (*Store, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
-	return newStore(db, false, config), nil
+	return newStore(db, false, config)
 }
 
-func newStore(db *sql.DB, ownsDB bool, config Config) *Store {
+func newStore(db *sql.DB, ownsDB bool, config Config) (*Store, error) {
 	q := newQueries(config.Schema, config.Table)
-	return &Store{core: sqlstore.New(q.dialect(db, ownsDB)), openMark: opened(), q: q}
+	core, err := sqlstore.New(q.dialect(db, ownsDB))
+	if err != nil {
+		return nil, err
+	}
+	return &Store{core: core, openMark: opened(), q: q}, nil
 }
 
 // DB returns the pool the store runs on, nil for a store Open or New did not make: the SQL

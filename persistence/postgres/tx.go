@@ -21,7 +21,8 @@ func (s *Store) RemoveTx(ctx context.Context, tx *sql.Tx, id string) (bool, erro
 	if tx == nil {
 		return false, errors.New("postgres: remove: tx is nil")
 	}
-	res, err := tx.ExecContext(ctx, s.q.core.Delete, id)
+	del := &sqlstore.StatementsOf(s.core).Delete
+	res, err := tx.ExecContext(ctx, del.SQL, del.Args(sqlstore.IDParams{ID: id})...)
 	var n int64
 	if err == nil {
 		n, err = res.RowsAffected()

@@ -3,28 +3,7 @@ package sqlite
 import (
 	"context"
 	"errors"
-
-	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 )
-
-// storeRows inserts rows one statement each, in the change's transaction.
-func (s *Store) storeRows(ctx context.Context, db sqlstore.Querier, rows []sqlstore.Row) ([]string, error) {
-	var inserted []string
-	for _, r := range rows {
-		due := r.Due.UnixMicro()
-		res, err := db.ExecContext(ctx, s.q.core.Store,
-			r.T.ID, r.T.Destination, due, due, r.T.Owner, r.Payload, r.Metadata, r.T.FailureCount)
-		if err != nil {
-			return nil, err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return nil, err
-		} else if n == 1 {
-			inserted = append(inserted, r.T.ID)
-		}
-	}
-	return inserted, nil
-}
 
 // inOneTransaction makes a change of many statements commit once: the writer runs a change that
 // is alone in its group on the pool, where each statement would commit by itself.

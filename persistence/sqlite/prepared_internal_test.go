@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 )
 
 // TestIDListsAreBoundAtFewSizes: a list of n ids is bound as a list of the next power of two,
@@ -36,8 +38,8 @@ func TestTheStatementsOfABacklogArePrepared(t *testing.T) {
 	require.NoError(t, err)
 
 	for name, s := range map[string]*Store{"Open": opened, "New": made} {
-		c := s.q.core
-		for _, q := range []string{c.Store, c.Claim, c.Next, c.RemoveIn(1), c.RemoveIn(37), c.RemoveIn(256), c.PeekIn(3), c.PeekIn(maxIn)} {
+		c, st := s.q.core, sqlstore.StatementsOf(s.core)
+		for _, q := range []string{st.Store.SQL, st.Claim.SQL, st.Next.SQL, c.RemoveIn(1), c.RemoveIn(37), c.RemoveIn(256), c.PeekIn(3), c.PeekIn(maxIn)} {
 			require.Contains(t, s.prep.stmts, q, "%s: not prepared:\n%s", name, q)
 		}
 		require.NoError(t, s.Close(), name)

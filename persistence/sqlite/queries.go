@@ -26,25 +26,26 @@ func newQueries(table string) queries {
 	t := quoteIdent(table)
 	availableIndex := quoteIdent(table + "_available_at")
 	ownerIndex := quoteIdent(table + "_owner")
-	core := sqlstore.Standard(t, false)
+	core := sqlstore.Standard(t, sqlstore.Positional)
 	core.Store += ` ON CONFLICT (id) DO NOTHING`
 	// Without a conflict target: a taken id or key inserts nothing and fails nothing. The
 	// store's single writer (or, in ScheduleTx, the caller's transaction holding the write lock)
 	// serializes Schedules, so the key's holder needs no lock of its own.
 	core.Schedule += ` ON CONFLICT DO NOTHING`
-	// Numbered: the claiming instance, bound last, is set first.
-	core.Claim = fmt.Sprintf(`UPDATE %[1]s SET available_at = ?1, claimed_by = ?4
-WHERE rowid IN (SELECT rowid FROM %[1]s WHERE available_at <= ?2 ORDER BY available_at LIMIT ?3)
+	// One statement, by rowid: SQLite's UPDATE takes no LIMIT unless built with it, and the
+	// single writer makes the select and the update one step.
+	core.Claim = fmt.Sprintf(`UPDATE %[1]s SET available_at = @until, claimed_by = @by
+WHERE rowid IN (SELECT rowid FROM %[1]s WHERE available_at <= @now ORDER BY available_at LIMIT @limit)
 RETURNING id, due`, t)
-	// available_at >= ? bounds the index scan: every row due at or after from is claimable at or
+	// available_at >= @from bounds the index scan: every row due at or after from is claimable at or
 	// after from, and a hidden row after HiddenFrom. Rows a poller holds (leased past now, not
 	// hidden) are skipped.
 	// Parked rows (available_at at MaxDue) are left alone.
-	core.Hide = fmt.Sprintf(`UPDATE %[1]s SET available_at = ?, claimed_by = NULL
-WHERE id IN (SELECT id FROM %[1]s WHERE available_at >= ?
-	AND (due >= ? AND (available_at = due OR available_at <= ?) OR available_at >= ? AND available_at <> ?)
+	core.Hide = fmt.Sprintf(`UPDATE %[1]s SET available_at = @mark, claimed_by = NULL
+WHERE id IN (SELECT id FROM %[1]s WHERE available_at >= @from
+	AND (due >= @from AND (available_at = due OR available_at <= @now) OR available_at >= @hiddenFrom AND available_at <> @mark)
 	AND parked_reason IS NULL
-	ORDER BY available_at LIMIT ?)
+	ORDER BY available_at LIMIT @limit)
 RETURNING id, destination, due, owner, payload, metadata, failure_count, COALESCE(dedup_key, ''), COALESCE(parked_reason, '')`, t)
 	// Lists are bound at the sizes of idArgs, so that a few statements are prepared for them.
 	peekIn, removeIn, releaseIn, unparkIn, deleteParkedIn := core.PeekIn, core.RemoveIn, core.ReleaseIn, core.UnparkIn, core.DeleteParkedIn

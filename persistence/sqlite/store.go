@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
-	"time"
 
 	// The pure Go SQLite driver, registered as "sqlite".
 	_ "modernc.org/sqlite"
@@ -45,20 +44,34 @@ type core = sqlstore.Store // embedded by this name: no exported field, no hidde
 // two (see inSize).
 const maxIn = 512
 
+// binding is how the store sends and reads values: ? in order, times as microseconds since the
+// epoch (INTEGER), id lists padded to a few sizes, whose statements are prepared (see inSize).
+func binding() sqlstore.Binding {
+	return sqlstore.Binding{Style: sqlstore.Positional, Times: sqlstore.TimeUnixMicro, IDArgs: idArgs, MaxIn: maxIn}
+}
+
 // newStore returns a store whose changes w makes and whose reads reader runs.
-func newStore(w *writer, reader *sql.DB, pools []*sql.DB, table string) *Store {
+func newStore(w *writer, reader *sql.DB, pools []*sql.DB, table string) (*Store, error) {
 	s := &Store{openMark: opened(), writer: w, reader: reader, pools: pools, table: table, q: newQueries(table), prep: w.prep}
-	s.core = sqlstore.New(sqlstore.Dialect{
-		Name:    "sqlite",
-		DB:      reader,
-		Reader:  querier{p: s.prep, db: reader},
-		Queries: s.q.core,
-		Write: func(ctx context.Context, tx bool, run func(ctx context.Context, q sqlstore.Querier) error) error {
-			if tx {
-				run = inOneTransaction(run)
-			}
-			return w.do(ctx, run)
+	var err error
+	s.core, err = sqlstore.New(sqlstore.Dialect{
+		Name: "sqlite",
+		DB:   reader,
+		Run: sqlstore.Run{
+			Reader: querier{p: s.prep, db: reader},
+			// One writer for the file: changes made at the same time commit together, and no two
+			// goroutines of this process wait for each other in SQLite's busy handler.
+			Write: func(ctx context.Context, tx bool, run func(ctx context.Context, q sqlstore.Querier) error) error {
+				if tx {
+					run = inOneTransaction(run)
+				}
+				return w.do(ctx, run)
+			},
+			BatchTx: true,
 		},
+		SQL:   s.q.core,
+		Bind:  binding(),
+		Locks: sqlstore.Locks{Hold: s.hold},
 		Close: func() error {
 			if s.checkpointer != nil {
 				s.checkpointer.close()
@@ -70,23 +83,11 @@ func newStore(w *writer, reader *sql.DB, pools []*sql.DB, table string) *Store {
 			}
 			return err
 		},
-		Time:      func(t time.Time) any { return t.UnixMicro() },
-		ReadTime:  readTime,
-		IDArgs:    idArgs,
-		MaxIn:     maxIn,
-		BatchTx:   true,
-		StoreRows: s.storeRows,
-		Hold:      s.hold,
 	})
-	return s
-}
-
-func readTime(src any) (time.Time, error) {
-	us, ok := src.(int64)
-	if !ok {
-		return time.Time{}, fmt.Errorf("sqlite: cannot read %T as a time", src)
+	if err != nil {
+		return nil, err
 	}
-	return time.UnixMicro(us).UTC(), nil
+	return s, nil
 }
 
 // c is the store's core: for a store that Open or New did not make, one whose calls all fail.
@@ -145,7 +146,11 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 	checkpoints.SetConnMaxIdleTime(0)
 
 	w := newWriter(writer)
-	s := newStore(w, reader, []*sql.DB{reader, writer, checkpoints}, config.Table)
+	s, err := newStore(w, reader, []*sql.DB{reader, writer, checkpoints}, config.Table)
+	if err != nil {
+		w.close()
+		return nil, errors.Join(err, writer.Close(), reader.Close(), checkpoints.Close())
+	}
 	if err := s.setUp(ctx, config.MustExist); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", config.Path, err)
@@ -169,7 +174,12 @@ func New(ctx context.Context, db *sql.DB, config Config) (*Store, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
-	s := newStore(newWriter(db), db, nil, config.Table)
+	w := newWriter(db)
+	s, err := newStore(w, db, nil, config.Table)
+	if err != nil {
+		w.close()
+		return nil, err
+	}
 	if err := s.setUp(ctx, config.MustExist); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("sqlite: %w", err)
@@ -214,9 +224,9 @@ func fileURI(path string) string {
 // prepare prepares the statements a backlog runs for each of its timeouts: on writer, the claim,
 // the insert and the removal; on reader, the lookups.
 func (s *Store) prepare(ctx context.Context, writer, reader *sql.DB) error {
-	c := s.q.core
-	writes := []string{c.Claim, c.Store, c.Delete}
-	reads := []string{c.Next, c.Peek}
+	c, st := s.q.core, sqlstore.StatementsOf(s.core)
+	writes := []string{st.Claim.SQL, st.Store.SQL, st.Delete.SQL}
+	reads := []string{st.Next.SQL, st.Peek.SQL}
 	for _, n := range inSizes() {
 		writes = append(writes, c.RemoveIn(n))
 		reads = append(reads, c.PeekIn(n))

@@ -55,7 +55,12 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 		_ = db.Close()
 		return nil, redactError(fmt.Errorf("sqlserver: connect to %s: %w", serverName(dsn), err), dsnSecrets(config.DSN))
 	}
-	return newStore(db, true, config), nil
+	s, err := newStore(db, true, config)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // New returns a store on a *sql.DB the caller opened with the "sqlserver" driver of
@@ -68,17 +73,20 @@ func New(db *sql.DB, config Config) (*Store, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
-	return newStore(db, false, config), nil
+	return newStore(db, false, config)
 }
 
-func newStore(db *sql.DB, ownsDB bool, config Config) *Store {
+func newStore(db *sql.DB, ownsDB bool, config Config) (*Store, error) {
 	s := &Store{openMark: opened(), db: db, q: newQueries(config.Schema, config.Table)}
 	d := s.dialect()
 	if ownsDB {
 		d.Close = db.Close
 	}
-	s.core = sqlstore.New(d)
-	return s
+	var err error
+	if s.core, err = sqlstore.New(d); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // dialect is how the core runs the store on s.db.
@@ -86,7 +94,7 @@ func (s *Store) dialect() sqlstore.Dialect {
 	return sqlstore.Dialect{
 		Name: "sqlserver",
 		DB:   s.db,
-		Queries: sqlstore.Queries{
+		SQL: sqlstore.Queries{
 			Store:                 s.q.store,
 			Next:                  s.q.next,
 			Now:                   s.q.now,
@@ -111,22 +119,31 @@ func (s *Store) dialect() sqlstore.Dialect {
 			Park:                  s.q.park,
 			ReleaseClaimsOf:       s.q.releaseClaimsOf,
 		},
-		Named:    true,
-		Time:     func(t time.Time) any { return utc(t) },
-		ReadTime: readTime,
-		IDArgs:   idArgs,
-		MaxIn:    maxIn,
-		// The statements end in SELECT @@ROWCOUNT: the driver's rows-affected count would be zero
-		// under SET NOCOUNT ON.
-		RowCount:    true,
-		Validate:    validateTimeout,
-		Storable:    storable,
-		IsDuplicate: func(err error) bool { return isServerError(err, errDuplicateKey, errDuplicateKeyIndex) },
-		// A deadlock victim, which SQL Server rolled back.
-		Retry:        func(err error) bool { return isServerError(err, errDeadlock) },
-		StoreRows:    s.storeRows,
-		MaxStoreRows: maxStoreRows,
-		Hold:         s.hold,
+		Bind: sqlstore.Binding{
+			Style: sqlstore.Named,
+			// Sent as a datetimeoffset at +00:00 (see toDateTime2); a lease past datetime2's end
+			// is sent as its end.
+			Times:    sqlstore.TimeValue,
+			LastTime: maxDateTime2(),
+			IDArgs:   idArgs,
+			MaxIn:    maxIn,
+			// The statements end in SELECT @@ROWCOUNT: the driver's rows-affected count would be
+			// zero under SET NOCOUNT ON.
+			RowCount: true,
+		},
+		Check: sqlstore.Check{Validate: validateTimeout, Storable: storable},
+		Errors: sqlstore.Errors{
+			IsDuplicate: func(err error) bool { return isServerError(err, errDuplicateKey, errDuplicateKeyIndex) },
+			// A deadlock victim, which SQL Server rolled back.
+			Retry: func(err error) bool { return isServerError(err, errDeadlock) },
+		},
+		Locks: sqlstore.Locks{Hold: s.hold},
+		Own: sqlstore.Own{
+			// One INSERT … SELECT FROM (VALUES …) WHERE NOT EXISTS for many rows: T-SQL has no
+			// ON CONFLICT DO NOTHING.
+			StoreRows:    s.storeRows,
+			MaxStoreRows: maxStoreRows,
+		},
 	}
 }
 

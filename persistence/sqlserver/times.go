@@ -1,9 +1,6 @@
 package sqlserver
 
-import (
-	"fmt"
-	"time"
-)
+import "time"
 
 // maxDateTime2 returns the last instant datetime2 holds, to the microsecond.
 func maxDateTime2() time.Time {
@@ -19,12 +16,4 @@ func utc(t time.Time) time.Time {
 		t = last
 	}
 	return t
-}
-
-// readTime reads a time the store reads back (see toUTC), in UTC.
-func readTime(v any) (time.Time, error) {
-	if t, ok := v.(time.Time); ok {
-		return t.UTC(), nil
-	}
-	return time.Time{}, fmt.Errorf("sqlserver: cannot read %T as a time", v)
 }
