@@ -64,6 +64,9 @@ func (b *Binder) Int(name string, n int) { b.add(name, int64(n)) }
 // Bytes binds a binary column's value.
 func (b *Binder) Bytes(name string, v []byte) { b.add(name, v) }
 
+// Value binds v as it is: a value the driver takes whole, such as a PostgreSQL array.
+func (b *Binder) Value(name string, v any) { b.add(name, v) }
+
 // Stmt is a statement compiled for a dialect, which takes its parameters from a P.
 type Stmt[P Params] struct {
 	// SQL is the statement as sent.

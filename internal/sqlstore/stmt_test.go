@@ -97,17 +97,3 @@ func TestArgsConvertAsTheBindingSays(t *testing.T) {
 	require.Equal(t, []any{"2030-01-02 02:04:05.000006", nil, "2030-01-02 02:04:05.000006", int64(3)},
 		st.Args(ClaimParams{Now: at, Until: at, Limit: 3}), "no claiming instance is NULL")
 }
-
-// TestStandardCompiles: every statement Standard makes compiles in the styles of the backends
-// that use it, with table names that hold an @ and quotes.
-func TestStandardCompiles(t *testing.T) {
-	t.Parallel()
-	for _, table := range []string{`"timeouts"`, `"s@x"."it's ""@a"""`, "`db`.`t@b`"} {
-		for _, style := range []Style{Positional, Numbered} {
-			st, err := CompileQueries(Standard(table, style), &Binding{Style: style})
-			require.NoError(t, err, "%s %v", table, style)
-			require.Contains(t, st.Delete.SQL, table)
-			require.NotContains(t, st.Reschedule.SQL, "@due")
-		}
-	}
-}

@@ -34,6 +34,8 @@ type queries struct {
 	addParked      string
 	createKeyIndex string
 	createDueIndex string
+	// storeMany inserts the rows of a StoreMany, in id order, and returns the ids it inserted.
+	storeMany string
 	// counts are what Stats reads (see counts).
 	counts counts
 	core   sqlstore.Queries
@@ -93,7 +95,14 @@ RETURNING t.id, t.destination, t.due, t.owner, t.payload, t.metadata, t.failure_
 		dueIndex:       s + "." + dueIndex,
 		schemaName:     schema,
 		counts:         newCounts(s, t, table),
-		core:           core,
+		storeMany: fmt.Sprintf(`INSERT INTO %s (%s)
+SELECT id, destination, due, due, owner, payload, metadata, failure_count
+FROM unnest(@ids::text[], @destinations::text[], @dues::timestamptz[], @owners::text[], @payloads::bytea[],
+	@metadata::bytea[], @failures::int[])
+	AS t(id, destination, due, owner, payload, metadata, failure_count)
+ORDER BY id
+ON CONFLICT (id) DO NOTHING RETURNING id`, t, sqlstore.Columns),
+		core: core,
 
 		createSchema: fmt.Sprintf(`CREATE SCHEMA IF NOT EXISTS %s`, s),
 		// COLLATE "C": ids and owners compare byte for byte, whatever the database's locale.
@@ -135,7 +144,11 @@ func lockSpace(t string) int32 {
 }
 
 // dialect is how the core runs a store on db, which Close closes when ownsDB.
-func (q queries) dialect(db *sql.DB, ownsDB bool) sqlstore.Dialect {
+func (q queries) dialect(db *sql.DB, ownsDB bool) (sqlstore.Dialect, error) {
+	storeMany, err := sqlstore.Compile[rows](&sqlstore.Binding{Style: sqlstore.Numbered}, q.storeMany)
+	if err != nil {
+		return sqlstore.Dialect{}, fmt.Errorf("postgres: StoreMany: %w", err)
+	}
 	d := sqlstore.Dialect{
 		Name: "postgres",
 		DB:   db,
@@ -156,8 +169,8 @@ func (q queries) dialect(db *sql.DB, ownsDB bool) sqlstore.Dialect {
 		},
 		Own: sqlstore.Own{
 			// One INSERT of arrays (unnest) takes a batch of any size in one round trip.
-			StoreRows: func(ctx context.Context, db sqlstore.Querier, rows []sqlstore.Row) ([]string, error) {
-				return storeRows(ctx, db, q.table, rows)
+			StoreRows: func(ctx context.Context, db sqlstore.Querier, rs []sqlstore.Row) ([]string, error) {
+				return sqlstore.QueryIDs(ctx, db, storeMany.SQL, storeMany.Args(columns(rs)))
 			},
 			// The counts the database keeps as rows change (see counts), not a scan of the table.
 			Stats: func(ctx context.Context, now time.Time) (persistence.Stats, error) {
@@ -190,7 +203,7 @@ func (q queries) dialect(db *sql.DB, ownsDB bool) sqlstore.Dialect {
 	if ownsDB {
 		d.Close = db.Close
 	}
-	return d
+	return d, nil
 }
 
 // instanceLock is the key of the session advisory lock that holds instance on the table: 64 bits
@@ -200,24 +213,37 @@ func (q queries) instanceLock(instance string) int64 {
 	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
-// storeRows inserts rows in one statement, in id order, and returns the ids it inserted.
-func storeRows(ctx context.Context, db sqlstore.Querier, table string, rows []sqlstore.Row) ([]string, error) {
-	var (
-		ids, destinations, owners = make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows))
-		dues                      = make([]time.Time, len(rows))
-		payloads, metadata        = make([][]byte, len(rows)), make([][]byte, len(rows))
-		failures                  = make([]int32, len(rows))
-	)
-	for i, r := range rows {
-		ids[i], destinations[i], owners[i] = r.T.ID, r.T.Destination, r.T.Owner
-		dues[i], payloads[i], metadata[i], failures[i] = r.Due, r.Payload, r.Metadata, int32(r.T.FailureCount)
+// rows are the rows of a StoreMany as arrays, one per column, which storeMany takes.
+type rows struct {
+	ids, destinations, owners []string
+	dues                      []time.Time
+	payloads, metadata        [][]byte
+	failures                  []int32
+}
+
+// Bind gives storeMany's names.
+func (r rows) Bind(b *sqlstore.Binder) {
+	b.Value("ids", r.ids)
+	b.Value("destinations", r.destinations)
+	b.Value("dues", r.dues)
+	b.Value("owners", r.owners)
+	b.Value("payloads", r.payloads)
+	b.Value("metadata", r.metadata)
+	b.Value("failures", r.failures)
+}
+
+// columns returns rs as arrays.
+func columns(rs []sqlstore.Row) rows {
+	c := rows{
+		ids: make([]string, len(rs)), destinations: make([]string, len(rs)), owners: make([]string, len(rs)),
+		dues: make([]time.Time, len(rs)), payloads: make([][]byte, len(rs)), metadata: make([][]byte, len(rs)),
+		failures: make([]int32, len(rs)),
 	}
-	return sqlstore.QueryIDs(ctx, db, `INSERT INTO `+table+` (`+sqlstore.Columns+`)
-SELECT id, destination, due, due, owner, payload, metadata, failure_count
-FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::bytea[], $6::bytea[], $7::int[])
-	AS t(id, destination, due, owner, payload, metadata, failure_count)
-ORDER BY id
-ON CONFLICT (id) DO NOTHING RETURNING id`, []any{ids, destinations, dues, owners, payloads, metadata, failures})
+	for i, r := range rs {
+		c.ids[i], c.destinations[i], c.owners[i] = r.T.ID, r.T.Destination, r.T.Owner
+		c.dues[i], c.payloads[i], c.metadata[i], c.failures[i] = r.Due, r.Payload, r.Metadata, int32(r.T.FailureCount)
+	}
+	return c
 }
 
 // validateTimeout checks what text columns require beyond what every store requires.

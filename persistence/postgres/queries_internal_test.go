@@ -22,6 +22,12 @@ func TestStatementsCompile(t *testing.T) {
 	}
 	q := newQueries("public", "t")
 	q.core.Claim = strings.Replace(q.core.Claim, "@until", "@untill", 1)
-	_, err := sqlstore.New(q.dialect(nil, false))
+	d, err := q.dialect(nil, false)
+	require.NoError(t, err)
+	_, err = sqlstore.New(d)
 	require.ErrorContains(t, err, "@untill")
+	q = newQueries("public", "t")
+	q.storeMany = strings.Replace(q.storeMany, "@owners", "@owner", 1)
+	_, err = q.dialect(nil, false)
+	require.ErrorContains(t, err, "@owner")
 }

@@ -73,7 +73,11 @@ func New(db *sql.DB, config Config) (*Store, error) {
 
 func newStore(db *sql.DB, ownsDB bool, config Config) (*Store, error) {
 	q := newQueries(config.Schema, config.Table)
-	core, err := sqlstore.New(q.dialect(db, ownsDB))
+	d, err := q.dialect(db, ownsDB)
+	if err != nil {
+		return nil, err
+	}
+	core, err := sqlstore.New(d)
 	if err != nil {
 		return nil, err
 	}
