@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -44,19 +45,23 @@ func publishDueSoon(t *testing.T, b *testBundle) *message.Message {
 // the queue takes them, not an hour-long lease later, and the outage raises no critical error.
 func TestFailedAnnouncementIsRetriedBeforeItsLeaseRunsOut(t *testing.T) {
 	t.Parallel()
-	b, refusing, rec := refusedAnnouncements(t)
-	delivered := subscribe(t, b.pubSub, "dest")
+	synctest.Test(t, func(t *testing.T) {
+		b, refusing, rec := refusedAnnouncements(t)
+		delivered := subscribe(t, b.pubSub, "dest")
 
-	msg := publishDueSoon(t, b)
-	require.Eventually(t, func() bool { return refusing.refused() >= 3 }, 10*time.Second, 5*time.Millisecond,
-		"the poller keeps trying to announce")
-	requireNothing(t, delivered, 100*time.Millisecond)
-	refusing.accept()
+		msg := publishDueSoon(t, b)
+		time.Sleep(300 * time.Millisecond) // advances virtual time: due, and a few retries later
+		synctest.Wait()
+		require.GreaterOrEqual(t, refusing.refused(), 3, "the poller keeps trying to announce")
+		requireNothing(t, delivered, 100*time.Millisecond)
+		refusing.accept()
 
-	require.Equal(t, msg.UUID, await(t, delivered, 10*time.Second).msg.UUID, "announced once the queue takes it")
-	time.Sleep(3 * time.Second) // past the dispatch breaker's wait
-	require.Zero(t, rec.count(), "an outage shorter than the dispatch breaker's wait is no critical error")
-	require.NoError(t, b.manager.Err())
+		require.Equal(t, msg.UUID, await(t, delivered, 10*time.Second).msg.UUID, "announced once the queue takes it")
+		time.Sleep(3 * time.Second) // advances virtual time past the dispatch breaker's wait
+		synctest.Wait()
+		require.Zero(t, rec.count(), "an outage shorter than the dispatch breaker's wait is no critical error")
+		require.NoError(t, b.manager.Err())
+	})
 }
 
 // TestAnnouncementThatGetsThroughDisarmsTheDispatchBreaker: the timeout is cancelled while its
@@ -65,22 +70,28 @@ func TestFailedAnnouncementIsRetriedBeforeItsLeaseRunsOut(t *testing.T) {
 // outage that is over.
 func TestAnnouncementThatGetsThroughDisarmsTheDispatchBreaker(t *testing.T) {
 	t.Parallel()
-	b, refusing, rec := refusedAnnouncements(t)
-	delivered := subscribe(t, b.pubSub, "dest")
+	synctest.Test(t, func(t *testing.T) {
+		b, refusing, rec := refusedAnnouncements(t)
+		delivered := subscribe(t, b.pubSub, "dest")
 
-	msg := publishDueSoon(t, b)
-	require.Eventually(t, func() bool { return refusing.refused() >= 3 }, 10*time.Second, 5*time.Millisecond)
-	found, err := b.store.Cancel(t.Context(), msg.UUID)
-	require.NoError(t, err)
-	require.True(t, found)
-	refusing.accept()
+		msg := publishDueSoon(t, b)
+		time.Sleep(300 * time.Millisecond) // advances virtual time: due, and a few retries later
+		synctest.Wait()
+		require.GreaterOrEqual(t, refusing.refused(), 3, "the poller keeps trying to announce")
+		found, err := b.store.Cancel(t.Context(), msg.UUID)
+		require.NoError(t, err)
+		require.True(t, found)
+		refusing.accept()
 
-	require.Eventually(t, func() bool { return refusing.accepted() >= 1 }, 10*time.Second, 5*time.Millisecond,
-		"the claimed id is announced once the queue takes it")
-	time.Sleep(3 * time.Second) // past the dispatch breaker's wait
-	require.Zero(t, rec.count(), "the announcement that got through disarmed the dispatch breaker")
-	require.NoError(t, b.manager.Err())
-	requireNothing(t, delivered, 10*time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // advances virtual time by two retry delays
+		synctest.Wait()
+		require.Positive(t, refusing.accepted(), "the claimed id is announced once the queue takes it")
+		time.Sleep(3 * time.Second) // advances virtual time past the dispatch breaker's wait
+		synctest.Wait()
+		require.Zero(t, rec.count(), "the announcement that got through disarmed the dispatch breaker")
+		require.NoError(t, b.manager.Err())
+		requireNothing(t, delivered, 10*time.Millisecond)
+	})
 }
 
 // refusingQueue refuses every publish to one topic until accept is called.

@@ -6,13 +6,16 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/persistence"
 	"github.com/timeoutmill/timeoutmill/persistence/memory"
 	"github.com/timeoutmill/timeoutmill/timeouts"
 	"github.com/timeoutmill/timeoutmill/wire"
@@ -47,8 +50,7 @@ type announcementRecorder struct {
 	mu    sync.Mutex
 	at    map[string]time.Time
 	dueBy map[string]time.Time
-	// confirm, when set, makes Publish to topic take that long and return without waiting for
-	// the GoChannel's subscriber to handle the messages, as a broker's confirm does.
+	// confirm, when set, makes Publish to topic take that long, as a broker's confirm does.
 	confirm time.Duration
 }
 
@@ -68,11 +70,26 @@ func (a *announcementRecorder) Publish(topic string, msgs ...*message.Message) e
 		a.mu.Unlock()
 	}
 	if topic == a.topic && a.confirm > 0 {
-		time.Sleep(a.confirm)
-		go func() { _ = a.Publisher.Publish(topic, msgs...) }()
-		return nil
+		time.Sleep(a.confirm) // in a synctest bubble: advances virtual time by the confirm's round trip
 	}
 	return a.Publisher.Publish(topic, msgs...)
+}
+
+// onBroker runs a manager on a stand-in for a broker: a GoChannel whose Publish returns once the
+// messages are handed over, as a broker's confirm does, not once they are handled, and which the
+// manager does not take for a GoChannel. In a synctest bubble it must be so: a Publish waiting
+// for a handler that waits for virtual time holds GoChannel's topic lock, and a goroutine waiting
+// on a lock stops virtual time.
+func onBroker(t *testing.T, store persistence.Store, mutate func(*timeouts.Config)) *testBundle {
+	t.Helper()
+	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = pubSub.Close() })
+	return start(t, pubSub, store, func(c *timeouts.Config) {
+		c.Publisher = struct{ message.Publisher }{pubSub}
+		if mutate != nil {
+			mutate(c)
+		}
+	})
 }
 
 // dueStream publishes n timeouts due one after another, 50 ms apart, as a steady stream is, and
@@ -108,59 +125,63 @@ func requireDeliveredNotBeforeDue(t *testing.T, delivered <-chan arrival, dues m
 // further ahead than a fraction of the lease.
 func TestClaimedAheadAnnouncedAheadWithTheirDueTime(t *testing.T) {
 	t.Parallel()
-	claims := &claimRecorder{inner: memory.New(), called: map[string]time.Time{}, at: map[string]time.Time{}}
-	var announced *announcementRecorder
-	b := setup(t, claims, func(c *timeouts.Config) {
-		announced = &announcementRecorder{Publisher: c.Publisher, topic: wire.DispatcherQueue(endpoint),
-			at: map[string]time.Time{}, dueBy: map[string]time.Time{}}
-		c.Publisher = announced
-	})
-	delivered := subscribe(t, b.pubSub, "dest")
-	dues := dueStream(t, b, 20)
-	requireDeliveredNotBeforeDue(t, delivered, dues)
+	synctest.Test(t, func(t *testing.T) {
+		claims := &claimRecorder{inner: memory.New(), called: map[string]time.Time{}, at: map[string]time.Time{}}
+		var announced *announcementRecorder
+		b := onBroker(t, claims, func(c *timeouts.Config) {
+			announced = &announcementRecorder{Publisher: c.Publisher, topic: wire.DispatcherQueue(endpoint),
+				at: map[string]time.Time{}, dueBy: map[string]time.Time{}}
+			c.Publisher = announced
+		})
+		delivered := subscribe(t, b.pubSub, "dest")
+		dues := dueStream(t, b, 20)
+		requireDeliveredNotBeforeDue(t, delivered, dues)
 
-	claims.mu.Lock()
-	defer claims.mu.Unlock()
-	announced.mu.Lock()
-	defer announced.mu.Unlock()
-	claimedAhead, announcedAhead := 0, 0
-	for id, due := range dues {
-		at, called := claims.at[id], claims.called[id]
-		require.False(t, at.Before(due), "claimed at an instant before its due time")
-		require.LessOrEqual(t, at.Sub(called), timeouts.DefaultClaimLease/8, "claimed further ahead than a fraction of the lease")
-		if at.After(called) {
-			claimedAhead++
+		claims.mu.Lock()
+		defer claims.mu.Unlock()
+		announced.mu.Lock()
+		defer announced.mu.Unlock()
+		claimedAhead, announcedAhead := 0, 0
+		for id, due := range dues {
+			at, called := claims.at[id], claims.called[id]
+			require.False(t, at.Before(due), "claimed at an instant before its due time")
+			require.LessOrEqual(t, at.Sub(called), timeouts.DefaultClaimLease/8, "claimed further ahead than a fraction of the lease")
+			if at.After(called) {
+				claimedAhead++
+			}
+			if announced.at[id].Before(due) {
+				announcedAhead++
+				require.False(t, announced.dueBy[id].Before(due), "announced ahead, saying it is due by %s, %s before it is",
+					announced.dueBy[id], due.Sub(announced.dueBy[id]))
+			}
 		}
-		if announced.at[id].Before(due) {
-			announcedAhead++
-			require.False(t, announced.dueBy[id].Before(due), "announced ahead, saying it is due by %s, %s before it is",
-				announced.dueBy[id], due.Sub(announced.dueBy[id]))
-		}
-	}
-	require.Positive(t, claimedAhead, "at least one of %d timeouts was claimed ahead of its due time", len(dues))
-	require.Positive(t, announcedAhead, "at least one of %d timeouts was announced ahead of its due time", len(dues))
+		require.Positive(t, claimedAhead, "at least one of %d timeouts was claimed ahead of its due time", len(dues))
+		require.Positive(t, announcedAhead, "at least one of %d timeouts was announced ahead of its due time", len(dues))
+	})
 }
 
 // TestOnGoChannelClaimedAheadAnnouncedAtDue: on an in-process GoChannel, whose Publish waits until
 // the announcement is handled, the poller claims ahead but announces only once due.
 func TestOnGoChannelClaimedAheadAnnouncedAtDue(t *testing.T) {
 	t.Parallel()
-	b := setup(t, memory.New(), nil)
-	delivered := subscribe(t, b.pubSub, "dest")
-	announcements := subscribe(t, b.pubSub, wire.DispatcherQueue(endpoint)) // a second subscriber sees each
-	dues := dueStream(t, b, 20)
-	requireDeliveredNotBeforeDue(t, delivered, dues)
-	for seen := 0; seen < len(dues); {
-		a := await(t, announcements, 10*time.Second)
-		ids, err := dispatcherqueue.Decode(a.msg)
-		require.NoError(t, err)
-		for _, id := range ids {
-			if due, ok := dues[id]; ok {
-				require.False(t, a.at.Before(due), "announced %s before due", due.Sub(a.at))
-				seen++
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, memory.New(), nil)
+		delivered := subscribe(t, b.pubSub, "dest")
+		announcements := subscribe(t, b.pubSub, wire.DispatcherQueue(endpoint)) // a second subscriber sees each
+		dues := dueStream(t, b, 20)
+		requireDeliveredNotBeforeDue(t, delivered, dues)
+		for seen := 0; seen < len(dues); {
+			a := await(t, announcements, 10*time.Second)
+			ids, err := dispatcherqueue.Decode(a.msg)
+			require.NoError(t, err)
+			for _, id := range ids {
+				if due, ok := dues[id]; ok {
+					require.False(t, a.at.Before(due), "announced %s before due", due.Sub(a.at))
+					seen++
+				}
 			}
 		}
-	}
+	})
 }
 
 // TestSteadyStreamWithSlowClaimsAndConfirmsIsAnnouncedAhead: a stream whose due times are closer
@@ -169,39 +190,41 @@ func TestOnGoChannelClaimedAheadAnnouncedAtDue(t *testing.T) {
 // due time, and delivered never early.
 func TestSteadyStreamWithSlowClaimsAndConfirmsIsAnnouncedAhead(t *testing.T) {
 	t.Parallel()
-	var announced *announcementRecorder
-	claims := &slowClaims{inner: memory.New(), delay: time.Millisecond}
-	b := setup(t, claims, func(c *timeouts.Config) {
-		announced = &announcementRecorder{Publisher: c.Publisher, topic: wire.DispatcherQueue(endpoint),
-			at: map[string]time.Time{}, dueBy: map[string]time.Time{}, confirm: 4 * time.Millisecond}
-		c.Publisher = announced
-	})
-	delivered := subscribe(t, b.pubSub, "dest")
-	dues := map[string]time.Time{}
-	start := time.Now().Add(500 * time.Millisecond)
-	for i := range 80 {
-		msg := message.NewMessage(watermill.NewUUID(), []byte(strconv.Itoa(i)))
-		due := start.Add(time.Duration(i) * 3 * time.Millisecond)
-		timeouts.DeliverAt(msg, due)
-		dues[msg.UUID] = due
-		require.NoError(t, b.manager.Publisher().Publish("dest", msg))
-	}
-	requireDeliveredNotBeforeDue(t, delivered, dues)
-
-	announced.mu.Lock()
-	defer announced.mu.Unlock()
-	ahead := 0
-	for id, due := range dues {
-		by := announced.dueBy[id]
-		require.False(t, !by.IsZero() && by.Before(due), "said due by %s, before its due time", by)
-		if !by.IsZero() && due.Sub(announced.at[id]) >= 10*time.Millisecond {
-			ahead++
+	synctest.Test(t, func(t *testing.T) {
+		var announced *announcementRecorder
+		claims := &slowClaims{inner: memory.New(), delay: time.Millisecond}
+		b := onBroker(t, claims, func(c *timeouts.Config) {
+			announced = &announcementRecorder{Publisher: c.Publisher, topic: wire.DispatcherQueue(endpoint),
+				at: map[string]time.Time{}, dueBy: map[string]time.Time{}, confirm: 4 * time.Millisecond}
+			c.Publisher = announced
+		})
+		delivered := subscribe(t, b.pubSub, "dest")
+		dues := map[string]time.Time{}
+		start := time.Now().Add(500 * time.Millisecond)
+		for i := range 80 {
+			msg := message.NewMessage(watermill.NewUUID(), []byte(strconv.Itoa(i)))
+			due := start.Add(time.Duration(i) * 3 * time.Millisecond)
+			timeouts.DeliverAt(msg, due)
+			dues[msg.UUID] = due
+			require.NoError(t, b.manager.Publisher().Publish("dest", msg))
 		}
-	}
-	t.Logf("%d of %d announced 10 ms or more ahead, with their due time", ahead, len(dues))
-	// How many depends on the machine's load (a loaded CI machine announces fewer ahead): that
-	// some are shows the stream is not announced at its due times only.
-	require.Positive(t, ahead, "announced well ahead, with their due time")
+		requireDeliveredNotBeforeDue(t, delivered, dues)
+
+		announced.mu.Lock()
+		defer announced.mu.Unlock()
+		ahead := 0
+		for id, due := range dues {
+			by := announced.dueBy[id]
+			require.False(t, !by.IsZero() && by.Before(due), "said due by %s, before its due time", by)
+			if !by.IsZero() && due.Sub(announced.at[id]) >= 10*time.Millisecond {
+				ahead++
+			}
+		}
+		t.Logf("%d of %d announced 10 ms or more ahead, with their due time", ahead, len(dues))
+		// How many depends on the poller's lead: that some are shows the stream is not announced at
+		// its due times only.
+		require.Positive(t, ahead, "announced well ahead, with their due time")
+	})
 }
 
 // slowClaims makes each claim take at least delay, as a database's round trip does.
@@ -211,7 +234,7 @@ type slowClaims struct {
 }
 
 func (s *slowClaims) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
-	time.Sleep(s.delay)
+	time.Sleep(s.delay) // in a synctest bubble: advances virtual time by the round trip
 	return s.inner.ClaimDue(ctx, now, limit, lease)
 }
 
@@ -220,8 +243,8 @@ func (s *slowClaims) ClaimDue(ctx context.Context, now time.Time, limit int, lea
 func announcedSizes(t *testing.T, b *testBundle, n int, announcements <-chan arrival) []int {
 	t.Helper()
 	delivered := subscribe(t, b.pubSub, "dest")
-	// Far enough ahead that all n are stored before the poller claims any on a loaded machine
-	// (a CI run took over 700 ms to store 800 on GoChannel): the claim must see them together.
+	// Far enough ahead that all n are stored before the poller claims any: the claim must see
+	// them together.
 	due := time.Now().Add(5 * time.Second)
 	msgs := make([]*message.Message, n)
 	for i := range msgs {
@@ -250,15 +273,15 @@ func announcedSizes(t *testing.T, b *testBundle, n int, announcements <-chan arr
 // ids, which competing consumers share.
 func TestOnGoChannelAClaimIsAnnouncedInOneMessage(t *testing.T) {
 	t.Parallel()
-	const n = 800 // due together: above DefaultClaimBatchSize, at most MaxIDsPerMessage
-	b := setup(t, memory.New(), nil)
-	sizes := announcedSizes(t, b, n, subscribe(t, b.pubSub, wire.DispatcherQueue(endpoint)))
-	require.Greater(t, slices.Max(sizes), timeouts.DefaultClaimBatchSize,
-		"%d ids due together on GoChannel were announced in messages of %v ids", n, sizes)
+	synctest.Test(t, func(t *testing.T) {
+		const n = 800 // due together: above DefaultClaimBatchSize, at most MaxIDsPerMessage
+		b := setup(t, memory.New(), nil)
+		sizes := announcedSizes(t, b, n, subscribe(t, b.pubSub, wire.DispatcherQueue(endpoint)))
+		require.Greater(t, slices.Max(sizes), timeouts.DefaultClaimBatchSize,
+			"%d ids due together on GoChannel were announced in messages of %v ids", n, sizes)
 
-	broker := setup(t, memory.New(), func(c *timeouts.Config) {
-		c.Publisher = struct{ message.Publisher }{c.Publisher} // not a *gochannel.GoChannel
+		broker := onBroker(t, memory.New(), nil)
+		sizes = announcedSizes(t, broker, n, subscribe(t, broker.pubSub, wire.DispatcherQueue(endpoint)))
+		require.LessOrEqual(t, slices.Max(sizes), timeouts.DefaultAnnouncementIDs, "on a broker: messages of %v ids", sizes)
 	})
-	sizes = announcedSizes(t, broker, n, subscribe(t, broker.pubSub, wire.DispatcherQueue(endpoint)))
-	require.LessOrEqual(t, slices.Max(sizes), timeouts.DefaultAnnouncementIDs, "on a broker: messages of %v ids", sizes)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -19,64 +20,73 @@ import (
 
 func TestTimeToTriggerFetchCircuitBreakerIsTheOutageWaitUnderAnotherName(t *testing.T) {
 	t.Parallel()
-	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
-	t.Cleanup(func() { _ = pubSub.Close() })
-	_, err := timeouts.NewManager(timeouts.Config{
-		Endpoint: endpoint, Store: memory.New(), Publisher: pubSub, Subscriber: pubSub,
-		TimeToTriggerFetchCircuitBreaker:                        time.Minute,
-		TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages: 2 * time.Minute,
-	}, nil)
-	require.ErrorIs(t, err, timeouts.ErrInvalidConfig)
-	require.ErrorContains(t, err, "TimeToTriggerFetchCircuitBreaker (1m0s) and TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages (2m0s) name one setting")
+	synctest.Test(t, func(t *testing.T) {
+		pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+		t.Cleanup(func() { _ = pubSub.Close() })
+		_, err := timeouts.NewManager(timeouts.Config{
+			Endpoint: endpoint, Store: memory.New(), Publisher: pubSub, Subscriber: pubSub,
+			TimeToTriggerFetchCircuitBreaker:                        time.Minute,
+			TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages: 2 * time.Minute,
+		}, nil)
+		require.ErrorIs(t, err, timeouts.ErrInvalidConfig)
+		require.ErrorContains(t, err, "TimeToTriggerFetchCircuitBreaker (1m0s) and TimeToWaitBeforeTriggeringCriticalErrorOnTimeoutOutages (2m0s) name one setting")
 
-	store := faultstore.Wrap(memory.New())
-	rec := &criticalRecorder{}
-	wait := 400 * time.Millisecond
-	setup(t, store, func(c *timeouts.Config) {
-		c.TimeToTriggerFetchCircuitBreaker = wait
-		c.PollInterval = 100 * time.Millisecond
-		c.OnCriticalError = rec.action
+		store := faultstore.Wrap(memory.New())
+		rec := &criticalRecorder{}
+		wait, poll := 400*time.Millisecond, 100*time.Millisecond
+		setup(t, store, func(c *timeouts.Config) {
+			c.TimeToTriggerFetchCircuitBreaker = wait
+			c.PollInterval = poll
+			c.OnCriticalError = rec.action
+		})
+		failedAt := time.Now()
+		store.Fail()
+		time.Sleep(wait + poll) // advances virtual time past the wait
+		synctest.Wait()
+		require.Equal(t, 1, rec.count())
+		rec.mu.Lock()
+		e, at := rec.errs[0], rec.at[0]
+		rec.mu.Unlock()
+		require.Equal(t, "fetch", e.Breaker)
+		require.GreaterOrEqual(t, at.Sub(failedAt), wait, "the alias set the fetch breaker's wait")
+		require.LessOrEqual(t, at.Sub(failedAt), wait+poll, "the alias set the fetch breaker's wait")
 	})
-	failedAt := time.Now()
-	store.Fail()
-	require.Eventually(t, func() bool { return rec.count() == 1 }, 10*time.Second, 10*time.Millisecond)
-	rec.mu.Lock()
-	e, at := rec.errs[0], rec.at[0]
-	rec.mu.Unlock()
-	require.Equal(t, "fetch", e.Breaker)
-	require.GreaterOrEqual(t, at.Sub(failedAt), wait, "the alias set the fetch breaker's wait")
 }
 
 func TestRecordingFailuresFasterThanAllowedRaisesACriticalErrorAndKeepsTheMessage(t *testing.T) {
 	t.Parallel()
-	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
-	t.Cleanup(func() { _ = pubSub.Close() })
-	store := &uncountableStore{innerStore: memory.New()}
-	rec := &criticalRecorder{}
-	b := start(t, pubSub, store, func(c *timeouts.Config) {
-		c.Publisher = &failingDestination{Publisher: pubSub, topic: "broken"}
-		c.RetryDelay = 5 * time.Millisecond // about 200 failures a second against a limit of 1
-		c.OnCriticalError = rec.action
+	synctest.Test(t, func(t *testing.T) {
+		pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+		t.Cleanup(func() { _ = pubSub.Close() })
+		store := &uncountableStore{innerStore: memory.New()}
+		rec := &criticalRecorder{}
+		b := start(t, pubSub, store, func(c *timeouts.Config) {
+			c.Publisher = &failingDestination{Publisher: pubSub, topic: "broken"}
+			c.RetryDelay = 5 * time.Millisecond // about 200 failures a second against a limit of 1
+			c.OnCriticalError = rec.action
+		})
+		errs := subscribe(t, pubSub, "error")
+
+		msg := message.NewMessage(watermill.NewUUID(), []byte("kept"))
+		timeouts.DeliverAfter(msg, 50*time.Millisecond)
+		require.NoError(t, b.manager.Publisher().Publish("broken", msg))
+
+		time.Sleep(time.Second) // advances virtual time: about 200 failures
+		synctest.Wait()
+		require.Equal(t, 1, rec.count(), "once per window")
+		rec.mu.Lock()
+		e := rec.errs[0]
+		rec.mu.Unlock()
+		require.Equal(t, "recovery", e.Breaker)
+		require.Equal(t, "Failed to execute error handling for delayed message forwarding", e.Message)
+		require.ErrorIs(t, e, errNotCounted)
+		require.ErrorIs(t, b.manager.Err(), errNotCounted)
+
+		requireNothing(t, errs, 300*time.Millisecond)
+		kept, err := store.Peek(context.Background(), msg.UUID)
+		require.NoError(t, err, "the timeout is neither lost nor moved to the error queue")
+		require.Equal(t, "kept", string(kept.Payload))
 	})
-	errs := subscribe(t, pubSub, "error")
-
-	msg := message.NewMessage(watermill.NewUUID(), []byte("kept"))
-	timeouts.DeliverAfter(msg, 50*time.Millisecond)
-	require.NoError(t, b.manager.Publisher().Publish("broken", msg))
-
-	require.Eventually(t, func() bool { return rec.count() >= 1 }, 10*time.Second, 10*time.Millisecond)
-	rec.mu.Lock()
-	e := rec.errs[0]
-	rec.mu.Unlock()
-	require.Equal(t, "recovery", e.Breaker)
-	require.Equal(t, "Failed to execute error handling for delayed message forwarding", e.Message)
-	require.ErrorIs(t, e, errNotCounted)
-	require.ErrorIs(t, b.manager.Err(), errNotCounted)
-
-	requireNothing(t, errs, 300*time.Millisecond)
-	kept, err := store.Peek(context.Background(), msg.UUID)
-	require.NoError(t, err, "the timeout is neither lost nor moved to the error queue")
-	require.Equal(t, "kept", string(kept.Payload))
 }
 
 var errNotCounted = errors.New("failure count could not be written")
