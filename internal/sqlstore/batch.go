@@ -108,7 +108,8 @@ func (s *Store) PeekMany(ctx context.Context, ids []string) ([]persistence.Timeo
 }
 
 func (s *Store) peekIn(ctx context.Context, ids []string, out []persistence.Timeout) ([]persistence.Timeout, error) {
-	rows, err := s.d.Run.Reader.QueryContext(ctx, s.d.SQL.PeekIn(len(ids)), s.d.Bind.IDArgs(ids)...)
+	query, args := s.d.Bind.in(s.d.SQL.PeekIn, ids)
+	rows, err := s.d.Run.Reader.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: peek %d timeouts: %w", s.d.Name, len(ids), err)
 	}
@@ -154,7 +155,8 @@ func (s *Store) RemoveMany(ctx context.Context, ids []string) ([]string, error) 
 			if s.d.Own.RemoveIDs != nil {
 				got, err = s.d.Own.RemoveIDs(ctx, q, chunk)
 			} else {
-				got, err = QueryIDs(ctx, q, s.d.SQL.RemoveIn(len(chunk)), s.d.Bind.IDArgs(chunk))
+				query, args := s.d.Bind.in(s.d.SQL.RemoveIn, chunk)
+				got, err = QueryIDs(ctx, q, query, args)
 			}
 			if err != nil {
 				return err

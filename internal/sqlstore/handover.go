@@ -110,7 +110,8 @@ func (s *Store) Release(ctx context.Context, ids []string) (int, error) {
 	ids = s.keys(ids)
 	total := 0
 	for chunk := range slices.Chunk(ids, s.maxIn(len(ids))) {
-		n, err := s.writeCount(ctx, s.d.SQL.ReleaseIn(len(chunk)), s.d.Bind.IDArgs(chunk))
+		query, args := s.d.Bind.in(s.d.SQL.ReleaseIn, chunk)
+		n, err := s.writeCount(ctx, query, args)
 		if err != nil {
 			return total, fmt.Errorf("%s: release: %w", s.d.Name, err)
 		}

@@ -86,7 +86,7 @@ func (s *Store) parkedIn(ctx context.Context, what string, of func(Queries) func
 	if err := Opened(s); err != nil {
 		return 0, err
 	}
-	query := of(s.d.SQL)
+	statement := of(s.d.SQL)
 	if s.d.Check.Storable != nil {
 		if err := ctx.Err(); err != nil {
 			return 0, fmt.Errorf("%s: %s: %w", s.d.Name, what, err)
@@ -95,7 +95,8 @@ func (s *Store) parkedIn(ctx context.Context, what string, of func(Queries) func
 	ids = s.keys(ids)
 	total := 0
 	for chunk := range slices.Chunk(ids, s.maxIn(len(ids))) {
-		n, err := s.writeCount(ctx, query(len(chunk)), s.d.Bind.IDArgs(chunk))
+		query, args := s.d.Bind.in(statement, chunk)
+		n, err := s.writeCount(ctx, query, args)
 		if err != nil {
 			return total, fmt.Errorf("%s: %s: %w", s.d.Name, what, err)
 		}

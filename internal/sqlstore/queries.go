@@ -1,9 +1,153 @@
 package sqlstore
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
+
+// Queries is a backend's SQL, written with named parameters (@name), which Compile rewrites in
+// the dialect's Style. Each statement takes exactly the names of its Params (see params.go);
+// empty is "none" where the comment says it may be.
+type Queries struct {
+	// Store inserts a timeout (StoreParams), @due as due and as available_at.
+	Store string
+	// Next selects the earliest available_at, or NULL.
+	Next string
+	// Now selects the database's current time in UTC, read when the statement runs (not when a
+	// transaction began); empty for a database on the caller's machine (SQLite), whose clock is
+	// the caller's. See persistence.Clocked.
+	Now string
+	// Claim moves up to @limit rows claimable at @now to @until, records @by as their claiming
+	// instance, and returns their id and due (ClaimParams).
+	Claim string
+	// Peek selects destination, due, owner, payload, metadata, failure_count, key (empty for
+	// none), parking reason (empty for none) of @id.
+	Peek string
+	// Delete and IncrementFailureCount change the row of @id.
+	Delete, IncrementFailureCount string
+	// CancelByOwner deletes the rows of @owner, when it is not empty.
+	CancelByOwner string
+	// Stats selects the count, how many are due at @now and not parked, how many are claimed at
+	// @now and not parked, how many are parked (these three NULL for no rows), the earliest and
+	// the latest due time.
+	Stats string
+	// StatsByDestination selects each destination and its count.
+	StatsByDestination string
+	// List is what List reads and the columns its filters compare (see ListSQL).
+	List ListSQL
+	// Exists selects a row when @id is stored, reading the latest committed row even in a
+	// REPEATABLE READ transaction.
+	Exists string
+	// KeyLock, when set, takes a lock on @key until the transaction ends, so that Schedules of
+	// one key queue for it rather than race for its row.
+	KeyLock string
+	// KeyHolder selects id, due, available_at of the row holding @key and locks it until the
+	// transaction ends.
+	KeyHolder string
+	// DropKey sets the key of the row of @id to NULL.
+	DropKey string
+	// Schedule inserts a timeout as Store does, with @key (NULL for none), and inserts nothing,
+	// without failing the transaction, when the id or the key is taken (or fails with an error
+	// Errors.IsDuplicate accepts) (ScheduleParams).
+	Schedule string
+	// Reschedule moves the due time (and available_at) of the row of @id, pending at @now and
+	// not parked, to @due.
+	Reschedule string
+	// Survey selects per destination its count, latest due and hidden count (available_at at
+	// or after @hiddenFrom), of the rows due at or after @from, parked rows left out.
+	Survey string
+	// Hide moves up to @limit rows due at or after @from, not parked, that no poller holds at
+	// @now, to @mark, records no claiming instance, and returns them whole (HideParams).
+	Hide string
+	// Park sets the row of @id aside: available_at to @parkedAt (persistence.MaxDue), @reason,
+	// no claiming instance and no key.
+	Park string
+	// ReleaseClaimsOf moves the rows @instance holds claimed (not parked, not hidden: available_at
+	// before @hiddenFrom) back to their due time, with no claiming instance.
+	ReleaseClaimsOf string
+	// PeekIn (id and the columns of Peek), RemoveIn (returning the ids deleted), ReleaseIn
+	// (available_at back to due and no claiming instance, parked rows left alone) and UnparkIn
+	// (parked rows back to due, failure count 0, no reason) and DeleteParkedIn (parked rows
+	// deleted; a count, as UnparkIn) are made for n ids, with the placeholders Binding.IDs
+	// says. They take nothing but the ids.
+	PeekIn, RemoveIn, ReleaseIn, UnparkIn, DeleteParkedIn func(n int) string
+}
+
+// Statements are a dialect's Queries compiled (see Compile).
+type Statements struct {
+	Store                                       Stmt[StoreParams]
+	Next, Now, StatsByDestination               Stmt[NoParams]
+	Claim                                       Stmt[ClaimParams]
+	Peek, Delete, IncrementFailureCount, Exists Stmt[IDParams]
+	DropKey                                     Stmt[IDParams]
+	CancelByOwner                               Stmt[OwnerParams]
+	Stats                                       Stmt[NowParams]
+	KeyLock, KeyHolder                          Stmt[KeyParams]
+	Schedule                                    Stmt[ScheduleParams]
+	Reschedule                                  Stmt[RescheduleParams]
+	Survey                                      Stmt[SurveyParams]
+	Hide                                        Stmt[HideParams]
+	Park                                        Stmt[ParkParams]
+	ReleaseClaimsOf                             Stmt[InstanceParams]
+}
+
+// CompileQueries compiles every statement of q for binding; its error names each statement that
+// failed.
+func CompileQueries(q Queries, binding *Binding) (*Statements, error) {
+	var errs []error
+	st := &Statements{
+		Store:                 compileAs[StoreParams](&errs, binding, "Store", q.Store),
+		Next:                  compileAs[NoParams](&errs, binding, "Next", q.Next),
+		Now:                   compileAs[NoParams](&errs, binding, "Now", q.Now),
+		StatsByDestination:    compileAs[NoParams](&errs, binding, "StatsByDestination", q.StatsByDestination),
+		Claim:                 compileAs[ClaimParams](&errs, binding, "Claim", q.Claim),
+		Peek:                  compileAs[IDParams](&errs, binding, "Peek", q.Peek),
+		Delete:                compileAs[IDParams](&errs, binding, "Delete", q.Delete),
+		IncrementFailureCount: compileAs[IDParams](&errs, binding, "IncrementFailureCount", q.IncrementFailureCount),
+		Exists:                compileAs[IDParams](&errs, binding, "Exists", q.Exists),
+		DropKey:               compileAs[IDParams](&errs, binding, "DropKey", q.DropKey),
+		CancelByOwner:         compileAs[OwnerParams](&errs, binding, "CancelByOwner", q.CancelByOwner),
+		Stats:                 compileAs[NowParams](&errs, binding, "Stats", q.Stats),
+		KeyLock:               compileAs[KeyParams](&errs, binding, "KeyLock", q.KeyLock),
+		KeyHolder:             compileAs[KeyParams](&errs, binding, "KeyHolder", q.KeyHolder),
+		Schedule:              compileAs[ScheduleParams](&errs, binding, "Schedule", q.Schedule),
+		Reschedule:            compileAs[RescheduleParams](&errs, binding, "Reschedule", q.Reschedule),
+		Survey:                compileAs[SurveyParams](&errs, binding, "Survey", q.Survey),
+		Hide:                  compileAs[HideParams](&errs, binding, "Hide", q.Hide),
+		Park:                  compileAs[ParkParams](&errs, binding, "Park", q.Park),
+		ReleaseClaimsOf:       compileAs[InstanceParams](&errs, binding, "ReleaseClaimsOf", q.ReleaseClaimsOf),
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// compileAs compiles text, and adds its error, named, to errs.
+func compileAs[P Params](errs *[]error, binding *Binding, name, text string) Stmt[P] {
+	st, err := Compile[P](binding, text)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s: %w", name, err))
+	}
+	return st
+}
+
+// ListSQL is how List's statement is made: SELECT, the columns and table of From, the filters
+// set (each compares one of the columns named here with a parameter), ORDER BY due, id, and the
+// limit (LIMIT, or TOP when Top).
+type ListSQL struct {
+	// From lists id, destination, due, owner, metadata, failure_count, key (empty for none),
+	// parking reason (empty for none) and names the table: "id, ... FROM t".
+	From string
+	// The columns the filters and the order compare; Parked is the parking reason's, NULL for a
+	// timeout that is not parked.
+	ID, Due, Owner, Destination, Key, Parked string
+	// Top limits with SELECT TOP (n) (SQL Server) rather than LIMIT n.
+	Top bool
+	// TimeParam, when set, wraps a time parameter as the due column compares it.
+	TimeParam func(param string) string
+}
 
 // Columns lists the columns of a timeout row as Store inserts them, in the tables of the
 // backends that name them alike (PostgreSQL, MariaDB, SQLite).

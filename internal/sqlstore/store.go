@@ -40,16 +40,6 @@ func New(d Dialect) (*Store, error) {
 		d.Run.Writer = d.DB
 	}
 	s := &Store{d: d}
-	if s.d.Bind.IDArgs == nil {
-		b := &s.d.Bind
-		s.d.Bind.IDArgs = func(ids []string) []any {
-			args := make([]any, len(ids))
-			for i, id := range ids {
-				args[i] = b.text(id)
-			}
-			return args
-		}
-	}
 	st, err := CompileQueries(d.SQL, &s.d.Bind)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", d.Name, err)

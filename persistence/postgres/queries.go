@@ -157,7 +157,7 @@ func (q queries) dialect(db *sql.DB, ownsDB bool) (sqlstore.Dialect, error) {
 			Style: sqlstore.Numbered,
 			Times: sqlstore.TimeValue,
 			// One array parameter, of any length.
-			IDArgs: func(ids []string) []any { return []any{ids} },
+			IDs: sqlstore.IDsArray,
 		},
 		Check: sqlstore.Check{Validate: validateTimeout},
 		Errors: sqlstore.Errors{

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"math/bits"
 )
 
 // prepared holds the statements the store runs most, each prepared once on a pool. SQLite parses
@@ -80,31 +79,4 @@ func (q querier) QueryContext(ctx context.Context, query string, args ...any) (*
 		return q.tx.QueryContext(ctx, query, args...)
 	}
 	return q.db.QueryContext(ctx, query, args...)
-}
-
-// inSizes returns the lengths of the IN lists the store binds: a list of n ids is bound as one of
-// the next size up, its last id repeated, so that a few prepared statements serve every batch.
-func inSizes() []int {
-	var sizes []int
-	for n := 1; n <= maxIn; n *= 2 {
-		sizes = append(sizes, n)
-	}
-	return sizes
-}
-
-// inSize is the length of the IN list that binds n ids (1 ≤ n ≤ maxIn).
-func inSize(n int) int {
-	if n <= 1 {
-		return 1
-	}
-	return 1 << bits.Len(uint(n-1))
-}
-
-// idArgs binds ids (at most maxIn) as an IN list of inSize(len(ids)).
-func idArgs(ids []string) []any {
-	args := make([]any, inSize(len(ids)))
-	for i := range args {
-		args[i] = ids[min(i, len(ids)-1)]
-	}
-	return args
 }

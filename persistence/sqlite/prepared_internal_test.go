@@ -10,16 +10,13 @@ import (
 	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
 )
 
-// TestIDListsAreBoundAtFewSizes: a list of n ids is bound as a list of the next power of two,
-// its last id repeated, so that the statements prepared for those sizes serve every batch.
+// TestIDListsAreBoundAtFewSizes: lists are padded (sqlstore.InSize) up to maxIn, a size the
+// store prepares, so that the statements prepared serve every batch.
 func TestIDListsAreBoundAtFewSizes(t *testing.T) {
 	t.Parallel()
-	for n, want := range map[int]int{1: 1, 2: 2, 3: 4, 5: 8, 64: 64, 65: 128, 256: 256, 300: 512, maxIn: maxIn} {
-		require.Equal(t, want, inSize(n), "inSize(%d)", n)
-	}
-	require.Equal(t, []any{"a", "b", "c", "c"}, idArgs([]string{"a", "b", "c"}))
-	require.Equal(t, []any{"a"}, idArgs([]string{"a"}))
-	require.Contains(t, inSizes(), maxIn)
+	require.True(t, binding().PadIn)
+	require.Equal(t, maxIn, sqlstore.InSize(maxIn), "maxIn is a power of two")
+	require.Contains(t, sqlstore.InSizes(maxIn), maxIn)
 }
 
 // TestTheStatementsOfABacklogArePrepared: the statements a backlog runs for each timeout (the
@@ -39,7 +36,7 @@ func TestTheStatementsOfABacklogArePrepared(t *testing.T) {
 
 	for name, s := range map[string]*Store{"Open": opened, "New": made} {
 		c, st := s.q.core, sqlstore.StatementsOf(s.core)
-		for _, q := range []string{st.Store.SQL, st.Claim.SQL, st.Next.SQL, c.RemoveIn(1), c.RemoveIn(37), c.RemoveIn(256), c.PeekIn(3), c.PeekIn(maxIn)} {
+		for _, q := range []string{st.Store.SQL, st.Claim.SQL, st.Next.SQL, c.RemoveIn(1), c.RemoveIn(sqlstore.InSize(37)), c.RemoveIn(256), c.PeekIn(sqlstore.InSize(3)), c.PeekIn(maxIn)} {
 			require.Contains(t, s.prep.stmts, q, "%s: not prepared:\n%s", name, q)
 		}
 		require.NoError(t, s.Close(), name)

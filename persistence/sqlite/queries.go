@@ -47,13 +47,6 @@ WHERE id IN (SELECT id FROM %[1]s WHERE available_at >= @from
 	AND parked_reason IS NULL
 	ORDER BY available_at LIMIT @limit)
 RETURNING id, destination, due, owner, payload, metadata, failure_count, COALESCE(dedup_key, ''), COALESCE(parked_reason, '')`, t)
-	// Lists are bound at the sizes of idArgs, so that a few statements are prepared for them.
-	peekIn, removeIn, releaseIn, unparkIn, deleteParkedIn := core.PeekIn, core.RemoveIn, core.ReleaseIn, core.UnparkIn, core.DeleteParkedIn
-	core.PeekIn = func(n int) string { return peekIn(inSize(n)) }
-	core.RemoveIn = func(n int) string { return removeIn(inSize(n)) }
-	core.ReleaseIn = func(n int) string { return releaseIn(inSize(n)) }
-	core.UnparkIn = func(n int) string { return unparkIn(inSize(n)) }
-	core.DeleteParkedIn = func(n int) string { return deleteParkedIn(inSize(n)) }
 	return queries{
 		core:   core,
 		hasKey: `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = 'dedup_key'`,

@@ -41,13 +41,13 @@ type Store struct {
 type core = sqlstore.Store // embedded by this name: no exported field, no hidden Store method
 
 // maxIn bounds the ids of one IN list, far below SQLite's limit on bound parameters; a power of
-// two (see inSize).
+// two (see sqlstore.InSize).
 const maxIn = 512
 
 // binding is how the store sends and reads values: ? in order, times as microseconds since the
-// epoch (INTEGER), id lists padded to a few sizes, whose statements are prepared (see inSize).
+// epoch (INTEGER), id lists padded to a few sizes, whose statements are prepared (see prepare).
 func binding() sqlstore.Binding {
-	return sqlstore.Binding{Style: sqlstore.Positional, Times: sqlstore.TimeUnixMicro, IDArgs: idArgs, MaxIn: maxIn}
+	return sqlstore.Binding{Style: sqlstore.Positional, Times: sqlstore.TimeUnixMicro, PadIn: true, MaxIn: maxIn}
 }
 
 // newStore returns a store whose changes w makes and whose reads reader runs.
@@ -227,7 +227,7 @@ func (s *Store) prepare(ctx context.Context, writer, reader *sql.DB) error {
 	c, st := s.q.core, sqlstore.StatementsOf(s.core)
 	writes := []string{st.Claim.SQL, st.Store.SQL, st.Delete.SQL}
 	reads := []string{st.Next.SQL, st.Peek.SQL}
-	for _, n := range inSizes() {
+	for _, n := range sqlstore.InSizes(maxIn) {
 		writes = append(writes, c.RemoveIn(n))
 		reads = append(reads, c.PeekIn(n))
 	}

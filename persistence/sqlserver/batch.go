@@ -44,7 +44,7 @@ FROM (VALUES
 WHERE NOT EXISTS (SELECT 1 FROM %[1]s AS stored WHERE stored.Id = fresh.Id);`, q.table, toDateTime2("fresh.Due"), strings.Join(rows, ",\n"))
 }
 
-// idList returns "@id0, @id1, …" for n ids.
+// idList returns "@id0, @id1, …" for n ids, as sqlstore.IDsNamed binds them.
 func idList(n int) string {
 	params := make([]string, n)
 	for i := range n {
@@ -85,15 +85,6 @@ SELECT @@ROWCOUNT;`, q.table, idList(n))
 func (q queries) deleteParkedMany(n int) string {
 	return fmt.Sprintf(`DELETE FROM %s WHERE Id IN (%s) AND ParkedReason IS NOT NULL;
 SELECT @@ROWCOUNT;`, q.table, idList(n))
-}
-
-// idArgs binds ids as @id0, @id1, ….
-func idArgs(ids []string) []any {
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = sql.Named("id"+strconv.Itoa(i), id)
-	}
-	return args
 }
 
 // storeRows inserts those of rows (at most maxStoreRows) that are not stored yet, with one

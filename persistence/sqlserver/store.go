@@ -125,7 +125,7 @@ func (s *Store) dialect() sqlstore.Dialect {
 			// is sent as its end.
 			Times:    sqlstore.TimeValue,
 			LastTime: maxDateTime2(),
-			IDArgs:   idArgs,
+			IDs:      sqlstore.IDsNamed,
 			MaxIn:    maxIn,
 			// The statements end in SELECT @@ROWCOUNT: the driver's rows-affected count would be
 			// zero under SET NOCOUNT ON.
