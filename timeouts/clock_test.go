@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -18,15 +19,15 @@ import (
 )
 
 // clockedStore is a memory store with a clock of its own, as a database server has: the system
-// clock, the one true clock of these tests. Each reading takes a round trip of a millisecond.
+// clock (virtual in a synctest bubble), the one true clock of these tests. Each reading takes a round trip of a millisecond.
 type clockedStore struct {
 	inner
 }
 
 func (s *clockedStore) Now(context.Context) (time.Time, error) {
-	time.Sleep(500 * time.Microsecond)
+	time.Sleep(500 * time.Microsecond) // in a synctest bubble: advances virtual time by the trip there
 	now := time.Now()
-	time.Sleep(500 * time.Microsecond)
+	time.Sleep(500 * time.Microsecond) // and back
 	return now, nil
 }
 
@@ -76,26 +77,28 @@ func TestTheStoresClockDecidesDue(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			clock := &skewedClock{off: skews[0]}
-			reg := prometheus.NewRegistry()
-			b := setup(t, &clockedStore{inner: memory.New()}, func(c *timeouts.Config) {
-				c.Clock = clock
-				c.MetricsRegisterer = reg
-			})
-			delivered := subscribe(t, b.pubSub, "dest")
-			for _, skew := range skews {
-				clock.set(skew)
-				requireOnTheStoresClock(t, delivered, dueStream(t, b, 20))
+			synctest.Test(t, func(t *testing.T) {
+				clock := &skewedClock{off: skews[0]}
+				reg := prometheus.NewRegistry()
+				b := setup(t, &clockedStore{inner: memory.New()}, func(c *timeouts.Config) {
+					c.Clock = clock
+					c.MetricsRegisterer = reg
+				})
+				delivered := subscribe(t, b.pubSub, "dest")
+				for _, skew := range skews {
+					clock.set(skew)
+					requireOnTheStoresClock(t, delivered, dueStream(t, b, 20))
 
-				off := b.manager.ClockOffset()
-				require.True(t, off.Measured)
-				require.InDelta(t, float64(-skew), float64(off.Offset), float64(100*time.Millisecond))
-				require.Positive(t, off.Error)
-				require.True(t, off.Alarm)
-				require.InDelta(t, -skew.Seconds(), testutil.ToFloat64(gaugeOf(t, reg, "timeoutmill_clock_offset_seconds")), 0.1)
-				require.Equal(t, off.Measured, b.manager.Activity().Clock.Measured)
-			}
-			require.Zero(t, b.manager.Activity().Early)
+					off := b.manager.ClockOffset()
+					require.True(t, off.Measured)
+					require.InDelta(t, float64(-skew), float64(off.Offset), float64(100*time.Millisecond))
+					require.Positive(t, off.Error)
+					require.True(t, off.Alarm)
+					require.InDelta(t, -skew.Seconds(), testutil.ToFloat64(gaugeOf(t, reg, "timeoutmill_clock_offset_seconds")), 0.1)
+					require.Equal(t, off.Measured, b.manager.Activity().Clock.Measured)
+				}
+				require.Zero(t, b.manager.Activity().Early)
+			})
 		})
 	}
 }
@@ -104,33 +107,35 @@ func TestTheStoresClockDecidesDue(t *testing.T) {
 // measured: the manager's clock is the store's, no offset is reported and no alarm raised.
 func TestStoreWithoutAClockNeedsNoMeasurement(t *testing.T) {
 	t.Parallel()
-	clock := &skewedClock{off: 3 * time.Second}
-	reg := prometheus.NewRegistry()
-	store := memory.New()
-	b := setup(t, store, func(c *timeouts.Config) {
-		c.Clock = clock
-		c.MetricsRegisterer = reg
+	synctest.Test(t, func(t *testing.T) {
+		clock := &skewedClock{off: 3 * time.Second}
+		reg := prometheus.NewRegistry()
+		store := memory.New()
+		b := setup(t, store, func(c *timeouts.Config) {
+			c.Clock = clock
+			c.MetricsRegisterer = reg
+		})
+		delivered := subscribe(t, b.pubSub, "dest")
+		// Due times on the manager's clock, which is the store's here: none comes before them by it.
+		dues := map[string]time.Time{}
+		for i := range 5 {
+			msg := message.NewMessage(watermill.NewUUID(), nil)
+			due := clock.Now().Add(300*time.Millisecond + time.Duration(i)*50*time.Millisecond)
+			timeouts.DeliverAt(msg, due)
+			dues[msg.UUID] = due
+			require.NoError(t, b.manager.Publisher().Publish("dest", msg))
+		}
+		for range dues {
+			a := await(t, delivered, 30*time.Second)
+			at := a.at.Add(3 * time.Second) // on the manager's clock
+			require.False(t, at.Before(dues[a.msg.UUID]), "delivered before due on the manager's clock")
+		}
+		off := b.manager.ClockOffset()
+		require.False(t, off.Measured)
+		require.Zero(t, off.Offset)
+		require.False(t, off.Alarm)
+		require.Zero(t, testutil.ToFloat64(gaugeOf(t, reg, "timeoutmill_clock_offset_seconds")))
 	})
-	delivered := subscribe(t, b.pubSub, "dest")
-	// Due times on the manager's clock, which is the store's here: none comes before them by it.
-	dues := map[string]time.Time{}
-	for i := range 5 {
-		msg := message.NewMessage(watermill.NewUUID(), nil)
-		due := clock.Now().Add(300*time.Millisecond + time.Duration(i)*50*time.Millisecond)
-		timeouts.DeliverAt(msg, due)
-		dues[msg.UUID] = due
-		require.NoError(t, b.manager.Publisher().Publish("dest", msg))
-	}
-	for range dues {
-		a := await(t, delivered, 30*time.Second)
-		at := a.at.Add(3 * time.Second) // on the manager's clock
-		require.False(t, at.Before(dues[a.msg.UUID]), "delivered before due on the manager's clock")
-	}
-	off := b.manager.ClockOffset()
-	require.False(t, off.Measured)
-	require.Zero(t, off.Offset)
-	require.False(t, off.Alarm)
-	require.Zero(t, testutil.ToFloat64(gaugeOf(t, reg, "timeoutmill_clock_offset_seconds")))
 }
 
 // gaugeOf gathers the gauge name from reg.

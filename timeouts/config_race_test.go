@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -23,66 +24,69 @@ import (
 
 // NewManager's check that its store was opened reads nothing the store's work writes: managers
 // made and started on a store another manager is busy with race with nothing (run with -race),
-// and every timeout is delivered by one of them.
+// and every timeout is delivered by one of them. It runs on virtual time (testing/synctest); the
+// goroutines still run side by side, for the race detector.
 func TestManagersOnOneStoreSideBySideDoNotRace(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	store := memory.New().(memStore)
-	first := setup(t, store, func(c *timeouts.Config) { c.PollInterval = 20 * time.Millisecond })
-	arrivals := []<-chan arrival{subscribe(t, first.pubSub, "reminders")}
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		store := memory.New().(memStore)
+		first := setup(t, store, func(c *timeouts.Config) { c.PollInterval = 50 * time.Millisecond })
+		arrivals := []<-chan arrival{subscribe(t, first.pubSub, "reminders")}
 
-	const n = 300
-	var scheduling sync.WaitGroup
-	scheduled := make(chan struct{}) // closed when the n timeouts are stored
-	// The first manager writes the store all along: stores, claims, deletes.
-	scheduling.Go(func() {
-		defer close(scheduled)
-		for i := range n {
-			msg := message.NewMessage(watermill.NewUUID(), []byte("reminder"))
-			timeouts.DeliverAfter(msg, time.Duration(i%10)*10*time.Millisecond)
-			if _, err := first.manager.Schedule(ctx, "reminders", msg); err != nil {
-				t.Errorf("scheduling %d: %v", i, err)
-				return
+		const n = 300
+		var scheduling sync.WaitGroup
+		scheduled := make(chan struct{}) // closed when the n timeouts are stored
+		// The first manager writes the store all along: stores, claims, deletes.
+		scheduling.Go(func() {
+			defer close(scheduled)
+			for i := range n {
+				msg := message.NewMessage(watermill.NewUUID(), []byte("reminder"))
+				timeouts.DeliverAfter(msg, time.Duration(i%10)*10*time.Millisecond)
+				if _, err := first.manager.Schedule(ctx, "reminders", msg); err != nil {
+					t.Errorf("scheduling %d: %v", i, err)
+					return
+				}
+			}
+		})
+		// Meanwhile, managers are made on the store until every timeout is stored, and one starts.
+		made := 0
+		second := setup(t, store, func(c *timeouts.Config) { c.PollInterval = 50 * time.Millisecond })
+		arrivals = append(arrivals, subscribe(t, second.pubSub, "reminders"))
+		for waiting := true; waiting; made++ {
+			_, err := timeouts.NewManager(timeouts.Config{
+				Endpoint: endpoint, Store: store, Publisher: first.pubSub, Subscriber: first.pubSub,
+			}, nil)
+			require.NoError(t, err)
+			select {
+			case <-scheduled:
+				waiting = false
+			default:
 			}
 		}
-	})
-	// Meanwhile, managers are made on the store until every timeout is stored, and one starts.
-	made := 0
-	second := setup(t, store, func(c *timeouts.Config) { c.PollInterval = 20 * time.Millisecond })
-	arrivals = append(arrivals, subscribe(t, second.pubSub, "reminders"))
-	for waiting := true; waiting; made++ {
-		_, err := timeouts.NewManager(timeouts.Config{
-			Endpoint: endpoint, Store: store, Publisher: first.pubSub, Subscriber: first.pubSub,
-		}, nil)
-		require.NoError(t, err)
-		select {
-		case <-scheduled:
-			waiting = false
-		default:
-		}
-	}
-	scheduling.Wait()
-	t.Logf("%d managers made while the first stored %d timeouts", made, n)
+		scheduling.Wait()
+		t.Logf("%d managers made while the first stored %d timeouts", made, n)
 
-	// Every timeout is delivered, at the latest when a claim whose announcement went astray is
-	// claimed again, at the end of its lease (ClaimLease, a minute).
-	delivered := map[string]bool{}
-	deadline := time.After(90 * time.Second)
-	for len(delivered) < n {
-		select {
-		case a := <-arrivals[0]:
-			delivered[a.msg.UUID] = true
-		case a := <-arrivals[1]:
-			delivered[a.msg.UUID] = true
-		case <-deadline:
-			t.Fatalf("%d of %d timeouts delivered", len(delivered), n)
+		// Every timeout is delivered, at the latest when a claim whose announcement went astray is
+		// claimed again, at the end of its lease (ClaimLease, a minute).
+		delivered := map[string]bool{}
+		deadline := time.After(90 * time.Second)
+		for len(delivered) < n {
+			select {
+			case a := <-arrivals[0]:
+				delivered[a.msg.UUID] = true
+			case a := <-arrivals[1]:
+				delivered[a.msg.UUID] = true
+			case <-deadline:
+				t.Fatalf("%d of %d timeouts delivered", len(delivered), n)
+			}
 		}
-	}
-	require.Eventually(t, func() bool { // a timeout is removed once its message is delivered
+		synctest.Wait() // a timeout is removed once its message is delivered
 		st, err := store.Stats(ctx, time.Now())
-		return err == nil && st.Pending == 0
-	}, 10*time.Second, 10*time.Millisecond, "nothing left behind")
+		require.NoError(t, err)
+		require.Zero(t, st.Pending, "nothing left behind")
+	})
 }
 
 // userStore is a store of a user's own: it carries no mark of this module's stores.
@@ -136,11 +140,13 @@ func TestStoresNeverOpenedAreRefusedWithoutReadingTheirFields(t *testing.T) {
 // A store of the user's own, which carries no mark, still runs: the fallback refuses only nil.
 func TestAUsersOwnStoreRuns(t *testing.T) {
 	t.Parallel()
-	b := setup(t, &userStore{memory.New()}, nil)
-	arrivals := subscribe(t, b.pubSub, "reminders")
-	msg := message.NewMessage(watermill.NewUUID(), []byte("reminder"))
-	timeouts.DeliverAfter(msg, 100*time.Millisecond)
-	_, err := b.manager.Schedule(t.Context(), "reminders", msg)
-	require.NoError(t, err)
-	require.Equal(t, msg.UUID, await(t, arrivals, 10*time.Second).msg.UUID)
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, &userStore{memory.New()}, nil)
+		arrivals := subscribe(t, b.pubSub, "reminders")
+		msg := message.NewMessage(watermill.NewUUID(), []byte("reminder"))
+		timeouts.DeliverAfter(msg, 100*time.Millisecond)
+		_, err := b.manager.Schedule(t.Context(), "reminders", msg)
+		require.NoError(t, err)
+		require.Equal(t, msg.UUID, await(t, arrivals, 10*time.Second).msg.UUID)
+	})
 }

@@ -15,7 +15,9 @@ func DeliverAt(msg *message.Message, t time.Time) {
 	msg.Metadata.Set(wire.HeaderExpire, wireparse.FormatExpire(wireparse.RoundUp(t)))
 }
 
-// DeliverAfter marks msg to be delivered no earlier than d from now.
+// DeliverAfter marks msg to be delivered no earlier than d from now. Now is the system clock of
+// the producer: DeliverAfter has no manager, so no Config.Clock, and stamps an absolute time as
+// DeliverAt does.
 func DeliverAfter(msg *message.Message, d time.Duration) {
 	DeliverAt(msg, time.Now().Add(d))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -19,28 +20,28 @@ import (
 
 func TestMetricsCountStoredDispatchedAndLateness(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewPedanticRegistry()
-	b := setup(t, memory.New(), func(c *timeouts.Config) { c.MetricsRegisterer = reg })
-	delivered := subscribe(t, b.pubSub, "metered")
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewPedanticRegistry()
+		b := setup(t, memory.New(), func(c *timeouts.Config) { c.MetricsRegisterer = reg })
+		delivered := subscribe(t, b.pubSub, "metered")
 
-	for range 3 {
-		msg := message.NewMessage(watermill.NewUUID(), nil)
-		timeouts.DeliverAfter(msg, 100*time.Millisecond)
-		require.NoError(t, b.manager.Publisher().Publish("metered", msg))
-	}
-	for range 3 {
-		await(t, delivered, 5*time.Second)
-	}
-	dispatched := `
+		for range 3 {
+			msg := message.NewMessage(watermill.NewUUID(), nil)
+			timeouts.DeliverAfter(msg, 100*time.Millisecond)
+			require.NoError(t, b.manager.Publisher().Publish("metered", msg))
+		}
+		for range 3 {
+			await(t, delivered, 5*time.Second)
+		}
+		dispatched := `
 # HELP timeoutmill_timeouts_dispatched_total Due messages forwarded to their destination.
 # TYPE timeoutmill_timeouts_dispatched_total counter
 timeoutmill_timeouts_dispatched_total{endpoint="orders"} 3
 `
-	require.Eventually(t, func() bool {
-		return testutil.GatherAndCompare(reg, strings.NewReader(dispatched), "timeoutmill_timeouts_dispatched_total") == nil
-	}, 5*time.Second, 10*time.Millisecond)
+		synctest.Wait() // the forwards are confirmed and counted
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(dispatched), "timeoutmill_timeouts_dispatched_total"))
 
-	expected := `
+		expected := `
 # HELP timeoutmill_timeouts_stored_total Delayed messages stored.
 # TYPE timeoutmill_timeouts_stored_total counter
 timeoutmill_timeouts_stored_total{endpoint="orders"} 3
@@ -48,51 +49,55 @@ timeoutmill_timeouts_stored_total{endpoint="orders"} 3
 # TYPE timeoutmill_timeouts_early_total counter
 timeoutmill_timeouts_early_total{endpoint="orders"} 0
 `
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
-		"timeoutmill_timeouts_stored_total", "timeoutmill_timeouts_early_total"))
-	n, err := testutil.GatherAndCount(reg, "timeoutmill_dispatch_lateness_seconds", "timeoutmill_timeouts_pending", "timeoutmill_circuit_breaker_armed")
-	require.NoError(t, err)
-	require.Equal(t, 1+1+3, n, "lateness histogram, pending gauge, one armed gauge per breaker")
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
+			"timeoutmill_timeouts_stored_total", "timeoutmill_timeouts_early_total"))
+		n, err := testutil.GatherAndCount(reg, "timeoutmill_dispatch_lateness_seconds", "timeoutmill_timeouts_pending", "timeoutmill_circuit_breaker_armed")
+		require.NoError(t, err)
+		require.Equal(t, 1+1+3, n, "lateness histogram, pending gauge, one armed gauge per breaker")
+	})
 }
 
 func TestActivityCountsWithoutARegisterer(t *testing.T) {
 	t.Parallel()
-	b := setup(t, memory.New(), nil)
-	delivered := subscribe(t, b.pubSub, "observed")
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, memory.New(), nil)
+		delivered := subscribe(t, b.pubSub, "observed")
 
-	before := b.manager.Activity()
-	require.Equal(t, "orders", before.Endpoint)
-	require.Zero(t, before.Dispatched)
-	names := []string{}
-	for _, br := range before.Breakers {
-		names = append(names, br.Name)
-		require.False(t, br.Armed, br.Name)
-	}
-	require.Equal(t, []string{"fetch", "store", "dispatch"}, names)
-
-	for range 2 {
-		msg := message.NewMessage(watermill.NewUUID(), nil)
-		timeouts.DeliverAfter(msg, 50*time.Millisecond)
-		require.NoError(t, b.manager.Publisher().Publish("observed", msg))
-	}
-	for range 2 {
-		await(t, delivered, 5*time.Second)
-	}
-	require.Eventually(t, func() bool { return b.manager.Activity().Dispatched == 2 }, 5*time.Second, 10*time.Millisecond)
-	a := b.manager.Activity()
-	require.Equal(t, uint64(2), a.Stored)
-	require.Zero(t, a.Early)
-	var inBuckets uint64
-	for i, bucket := range a.Lateness {
-		inBuckets += bucket.Count
-		if i < len(a.Lateness)-1 {
-			require.Positive(t, bucket.UpTo)
-		} else {
-			require.Zero(t, bucket.UpTo, "the last bucket is open-ended")
+		before := b.manager.Activity()
+		require.Equal(t, "orders", before.Endpoint)
+		require.Zero(t, before.Dispatched)
+		names := []string{}
+		for _, br := range before.Breakers {
+			names = append(names, br.Name)
+			require.False(t, br.Armed, br.Name)
 		}
-	}
-	require.Equal(t, uint64(2), inBuckets, "every dispatched message is in one lateness bucket")
-	require.Contains(t, a.Failures, "dispatch")
+		require.Equal(t, []string{"fetch", "store", "dispatch"}, names)
+
+		for range 2 {
+			msg := message.NewMessage(watermill.NewUUID(), nil)
+			timeouts.DeliverAfter(msg, 50*time.Millisecond)
+			require.NoError(t, b.manager.Publisher().Publish("observed", msg))
+		}
+		for range 2 {
+			await(t, delivered, 5*time.Second)
+		}
+		synctest.Wait() // the forwards are confirmed and counted
+		a := b.manager.Activity()
+		require.Equal(t, uint64(2), a.Dispatched)
+		require.Equal(t, uint64(2), a.Stored)
+		require.Zero(t, a.Early)
+		var inBuckets uint64
+		for i, bucket := range a.Lateness {
+			inBuckets += bucket.Count
+			if i < len(a.Lateness)-1 {
+				require.Positive(t, bucket.UpTo)
+			} else {
+				require.Zero(t, bucket.UpTo, "the last bucket is open-ended")
+			}
+		}
+		require.Equal(t, uint64(2), inBuckets, "every dispatched message is in one lateness bucket")
+		require.Contains(t, a.Failures, "dispatch")
+	})
 }
 
 // counted is a memory store whose Count says what the test set, so that the gauges show whether
@@ -111,9 +116,10 @@ func (c counted) Count(context.Context) (int, int, error) { return c.pending, c.
 
 func TestStoreGaugesAskCount(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewPedanticRegistry()
-	setup(t, counted{inspectable: memory.New().(inspectable), pending: 7, parked: 2}, func(c *timeouts.Config) { c.MetricsRegisterer = reg })
-	expected := `
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewPedanticRegistry()
+		setup(t, counted{inspectable: memory.New().(inspectable), pending: 7, parked: 2}, func(c *timeouts.Config) { c.MetricsRegisterer = reg })
+		expected := `
 # HELP timeoutmill_timeouts_parked Parked timeouts in the store, waiting for an operator (-1 when the store cannot be read).
 # TYPE timeoutmill_timeouts_parked gauge
 timeoutmill_timeouts_parked{endpoint="orders"} 2
@@ -121,6 +127,7 @@ timeoutmill_timeouts_parked{endpoint="orders"} 2
 # TYPE timeoutmill_timeouts_pending gauge
 timeoutmill_timeouts_pending{endpoint="orders"} 7
 `
-	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
-		"timeoutmill_timeouts_pending", "timeoutmill_timeouts_parked"), "the counts of Count, not of the empty store's Stats")
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
+			"timeoutmill_timeouts_pending", "timeoutmill_timeouts_parked"), "the counts of Count, not of the empty store's Stats")
+	})
 }

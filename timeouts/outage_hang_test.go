@@ -41,7 +41,7 @@ func TestStoreThatStopsAnsweringRaisesTheCriticalErrorOnTime(t *testing.T) {
 		time.Sleep(wait - time.Nanosecond) // advances virtual time to just before the wait
 		synctest.Wait()
 		require.Zero(t, rec.count(), "not before the wait")
-		time.Sleep(poll + time.Nanosecond) // the poller calls the store within a poll interval
+		time.Sleep(poll + time.Nanosecond) // advances virtual time: the poller calls the store within a poll interval
 		synctest.Wait()
 		require.Equal(t, 1, rec.count(), "within a poll interval and the wait, though no call returned")
 

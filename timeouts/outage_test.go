@@ -109,10 +109,10 @@ func TestStorageOutageLongerThanWaitRaisesOneCriticalError(t *testing.T) {
 		time.Sleep(wait - time.Nanosecond) // advances virtual time to just before the wait
 		synctest.Wait()
 		require.Zero(t, rec.count(), "not before the wait")
-		time.Sleep(poll + time.Nanosecond) // the poller looks at the store within a poll interval
+		time.Sleep(poll + time.Nanosecond) // advances virtual time: the poller looks at the store within a poll interval
 		synctest.Wait()
 		require.Equal(t, 1, rec.count(), "within a poll interval and the wait")
-		time.Sleep(3 * wait) // the outage goes on
+		time.Sleep(3 * wait) // advances virtual time: the outage goes on
 		synctest.Wait()
 		require.Equal(t, 1, rec.count(), "exactly one critical error per outage")
 

@@ -73,7 +73,7 @@ func TestClaimLostInACrashIsRecoveredWhenItsLeaseRunsOut(t *testing.T) {
 	store := &claimWatcher{inner: openSQLite(t, path), calls: make(chan claimCall, 1024)}
 	b := setup(t, store, func(c *timeouts.Config) {
 		c.ClaimLease = lease
-		c.PollInterval = 20 * time.Millisecond
+		c.PollInterval = 50 * time.Millisecond
 		c.Clock = clock
 	})
 	delivered := subscribe(t, b.pubSub, "recovered")

@@ -3,6 +3,7 @@ package timeouts_test
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -22,73 +23,75 @@ import (
 // message continues the producer's trace, and the store and dispatch spans link to its span.
 func TestTraceAcrossTheDelay(t *testing.T) {
 	t.Parallel()
-	exporter := tracetest.NewInMemoryExporter()
-	provider := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
-	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
-	withTracing := func(c *timeouts.Config) { c.TracerProvider = provider }
+	synctest.Test(t, func(t *testing.T) {
+		exporter := tracetest.NewInMemoryExporter()
+		provider := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+		t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
+		withTracing := func(c *timeouts.Config) { c.TracerProvider = provider }
 
-	store := memory.New().(memStore)
-	first := setup(t, store, withTracing)
+		store := memory.New().(memStore)
+		first := setup(t, store, withTracing)
 
-	ctx, producer := provider.Tracer("producer").Start(context.Background(), "place order")
-	published := message.NewMessage(watermill.NewUUID(), []byte("through the queue"))
-	published.SetContext(ctx)
-	timeouts.DeliverAfter(published, 600*time.Millisecond)
-	require.NoError(t, first.manager.Publisher().Publish("traced", published))
-	scheduled := message.NewMessage(watermill.NewUUID(), []byte("scheduled"))
-	timeouts.DeliverAfter(scheduled, 600*time.Millisecond)
-	_, err := first.manager.Schedule(ctx, "traced", scheduled) // the trace of ctx
-	require.NoError(t, err)
-	producer.End()
-	require.Eventually(t, func() bool {
+		ctx, producer := provider.Tracer("producer").Start(context.Background(), "place order")
+		published := message.NewMessage(watermill.NewUUID(), []byte("through the queue"))
+		published.SetContext(ctx)
+		timeouts.DeliverAfter(published, 600*time.Millisecond)
+		require.NoError(t, first.manager.Publisher().Publish("traced", published))
+		scheduled := message.NewMessage(watermill.NewUUID(), []byte("scheduled"))
+		timeouts.DeliverAfter(scheduled, 600*time.Millisecond)
+		_, err := first.manager.Schedule(ctx, "traced", scheduled) // the trace of ctx
+		require.NoError(t, err)
+		producer.End()
 		st, err := store.Stats(context.Background(), time.Now())
-		return err == nil && st.Pending == 2
-	}, 5*time.Second, 5*time.Millisecond)
+		require.NoError(t, err)
+		require.Equal(t, 2, st.Pending, "stored: Publish on a GoChannel that waits for acks, and Schedule, return once stored")
 
-	// The manager restarts between storing and dispatching (closing the router closes its
-	// GoChannel: the new process has its own).
-	require.NoError(t, first.router.Close())
-	<-first.manager.Done()
-	second := setup(t, store, withTracing)
-	arrivals := subscribe(t, second.pubSub, "traced")
+		// The manager restarts between storing and dispatching (closing the router closes its
+		// GoChannel: the new process has its own).
+		require.NoError(t, first.router.Close())
+		<-first.manager.Done()
+		second := setup(t, store, withTracing)
+		arrivals := subscribe(t, second.pubSub, "traced")
 
-	want := producer.SpanContext()
-	for range 2 {
-		a := await(t, arrivals, 10*time.Second)
-		got := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(a.msg.Metadata)))
-		require.True(t, got.IsValid(), "%s carries a traceparent", a.msg.Payload)
-		require.Equal(t, want.TraceID(), got.TraceID(), "%s continues the producer's trace", a.msg.Payload)
-		require.Equal(t, want.SpanID(), got.SpanID(), "%s: its parent is the producer's span", a.msg.Payload)
-	}
+		want := producer.SpanContext()
+		for range 2 {
+			a := await(t, arrivals, 10*time.Second)
+			got := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(a.msg.Metadata)))
+			require.True(t, got.IsValid(), "%s carries a traceparent", a.msg.Payload)
+			require.Equal(t, want.TraceID(), got.TraceID(), "%s continues the producer's trace", a.msg.Payload)
+			require.Equal(t, want.SpanID(), got.SpanID(), "%s: its parent is the producer's span", a.msg.Payload)
+		}
 
-	linked := func() map[string]int {
-		out := map[string]int{}
-		for _, span := range exporter.GetSpans() {
-			for _, l := range span.Links {
-				if l.SpanContext.SpanID() == want.SpanID() {
-					out[span.Name]++
+		linked := func() map[string]int {
+			out := map[string]int{}
+			for _, span := range exporter.GetSpans() {
+				for _, l := range span.Links {
+					if l.SpanContext.SpanID() == want.SpanID() {
+						out[span.Name]++
+					}
 				}
 			}
+			return out
 		}
-		return out
-	}
-	wantLinked := map[string]int{"timeoutmill store": 1, "timeoutmill schedule": 1, "timeoutmill dispatch": 2}
-	// The dispatch span ends once the timeout is removed, just after the delivery.
-	require.Eventually(t, func() bool { return linked()["timeoutmill dispatch"] == 2 },
-		5*time.Second, 5*time.Millisecond)
-	require.Equal(t, wantLinked, linked(), "spans linked to the producer's span")
+		wantLinked := map[string]int{"timeoutmill store": 1, "timeoutmill schedule": 1, "timeoutmill dispatch": 2}
+		// The dispatch span ends once the timeout is removed, just after the delivery.
+		synctest.Wait()
+		require.Equal(t, wantLinked, linked(), "spans linked to the producer's span")
+	})
 }
 
 // TestNoTracingByDefault: without a TracerProvider, messages are not given trace headers they
 // did not bring, and nothing is recorded.
 func TestNoTracingByDefault(t *testing.T) {
 	t.Parallel()
-	b := setup(t, memory.New(), nil)
-	arrivals := subscribe(t, b.pubSub, "untraced")
-	msg := message.NewMessage(watermill.NewUUID(), nil)
-	timeouts.DeliverAfter(msg, 50*time.Millisecond)
-	_, err := b.manager.Schedule(t.Context(), "untraced", msg)
-	require.NoError(t, err)
-	a := await(t, arrivals, 10*time.Second)
-	require.Empty(t, a.msg.Metadata.Get("traceparent"))
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, memory.New(), nil)
+		arrivals := subscribe(t, b.pubSub, "untraced")
+		msg := message.NewMessage(watermill.NewUUID(), nil)
+		timeouts.DeliverAfter(msg, 50*time.Millisecond)
+		_, err := b.manager.Schedule(t.Context(), "untraced", msg)
+		require.NoError(t, err)
+		a := await(t, arrivals, 10*time.Second)
+		require.Empty(t, a.msg.Metadata.Get("traceparent"))
+	})
 }
