@@ -34,8 +34,8 @@ func TestMalformedDispatcherMessageGoesToTheErrorQueueAtOnce(t *testing.T) {
 	})
 }
 
-// An announcement that says when its ids are due is held until then, and the store is read only
-// then: the timeout is forwarded not before due, and a Cancel during the hold still wins.
+// An announcement that says when its ids are due is held until then. The store is read only then:
+// the timeout is not forwarded before due. A Cancel during the hold still wins.
 func TestAnnouncementAheadIsHeldUntilItsDueTime(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -61,8 +61,8 @@ func TestAnnouncementAheadIsHeldUntilItsDueTime(t *testing.T) {
 	})
 }
 
-// An announcement that says a time further ahead than the hold's bound is looked up at once: its
-// timeout, not due, stays in the store (given back where the store can), never forwarded early.
+// An announcement further ahead than the hold's bound is looked up at once. Its timeout, not due,
+// stays in the store (given back where the store can). It is never forwarded early.
 func TestAnnouncementFarAheadIsNotHeldAndNotForwardedEarly(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -84,8 +84,8 @@ func TestAnnouncementFarAheadIsNotHeldAndNotForwardedEarly(t *testing.T) {
 	})
 }
 
-// A stop during the hold nacks the announcement without reading the store: the timeout stays, to
-// be dispatched from the redelivered announcement or given back.
+// A stop during the hold nacks the announcement without reading the store: the timeout stays, to be
+// dispatched from the redelivered announcement or given back.
 func TestStopDuringTheHoldNacksTheAnnouncement(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -120,10 +120,10 @@ func TestMalformedDispatchAtGoesToTheErrorQueue(t *testing.T) {
 	})
 }
 
-// The hold and the due check read the store's clock (DispatchConfig.Now), not the process's: on
-// a store whose clock is 300 ms behind this process's, an announcement due by a time this
-// process has passed is held until the store's clock passes it, and a timeout due on this
-// process's clock but not on the store's is not forwarded.
+// The hold and the due check read the store's clock (DispatchConfig.Now), not the process's. Here
+// the store's clock is 300 ms behind this process's. An announcement due by a time this process has
+// passed is held until the store's clock passes it. A timeout due on this process's clock but not
+// on the store's is not forwarded.
 func TestHoldAndDueCheckFollowTheStoresClock(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -291,10 +291,9 @@ func TestMaxBatchOneDispatchesEachAlone(t *testing.T) {
 	})
 }
 
-// Two announcements of one id handled at the same moment in batches running side by side (an id
-// announced again after a restart gave its claim back, while its earlier announcement is still
-// being handled) forward it once: the second waits for the first batch, then finds it gone. The
-// other ids of the second batch go on meanwhile.
+// Two announcements of one id may be handled at once, in batches side by side. That happens when an
+// id is announced again after a restart gave its claim back. The id is forwarded once: the second
+// batch waits for the first, then finds it gone. The other ids of the second batch go on meanwhile.
 func TestBatchDispatchNeverForwardsOneIDInTwoBatchesAtOnce(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -339,8 +338,8 @@ func TestBatchDispatchNeverForwardsOneIDInTwoBatchesAtOnce(t *testing.T) {
 	})
 }
 
-// TestManyIDMessageIsDispatchedAsABatch: the ids of one message are looked up together,
-// forwarded with one publish per destination, removed together, and the message is acked once.
+// TestManyIDMessageIsDispatchedAsABatch: the ids of one message are looked up together, forwarded
+// with one publish per destination, removed together, and the message is acked once.
 func TestManyIDMessageIsDispatchedAsABatch(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -366,8 +365,8 @@ func TestManyIDMessageIsDispatchedAsABatch(t *testing.T) {
 	})
 }
 
-// TestManyIDMessagesBeyondMaxBatch: a message with more ids than MaxBatch is dispatched in
-// several batches, each id once; one-id messages handled at the same time join them.
+// TestManyIDMessagesBeyondMaxBatch: a message with more ids than MaxBatch is dispatched in several
+// batches, each id once; one-id messages handled at the same time join them.
 func TestManyIDMessagesBeyondMaxBatch(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -394,9 +393,9 @@ func TestManyIDMessagesBeyondMaxBatch(t *testing.T) {
 	})
 }
 
-// TestManyIDMessagePartlyFailedIsRedeliveredWithoutDuplicates: when some ids of a message fail
-// to forward, the message is nacked; its redelivery forwards those and skips the ids already
-// forwarded and removed.
+// TestManyIDMessagePartlyFailedIsRedeliveredWithoutDuplicates: when some ids of a message fail to
+// forward, the message is nacked; its redelivery forwards those and skips the ids already forwarded
+// and removed.
 func TestManyIDMessagePartlyFailedIsRedeliveredWithoutDuplicates(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -441,9 +440,8 @@ func TestManyIDMessageWhoseRemovalFailedIsNotForwardedAgain(t *testing.T) {
 	})
 }
 
-// TestPoisonInAManyIDMessageGoesToTheErrorQueueAlone: one unreadable timeout among the ids of a
-// message goes to the error queue as a message of its own id, the others are delivered, and the
-// message is acked.
+// TestPoisonInAManyIDMessageGoesToTheErrorQueueAlone: one unreadable timeout among the ids goes to
+// the error queue, as a message of its own id. The others are delivered, and the message acked.
 func TestPoisonInAManyIDMessageGoesToTheErrorQueueAlone(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {

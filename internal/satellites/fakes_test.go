@@ -38,9 +38,9 @@ type memStore interface {
 	persistence.Parker
 }
 
-// batchStore is a memory store (a persistence.BatchStore) whose batch calls are counted and can
-// be made to fail for a batch of many, as one bad row among them makes a real batch fail; the
-// satellites then go on id by id, with batches of one.
+// batchStore is a memory store (a persistence.BatchStore) whose batch calls are counted. They can
+// be made to fail for a batch of many, as one bad row makes a real batch fail. The satellites then
+// go on id by id, with batches of one.
 type batchStore struct {
 	memStore
 	mu          sync.Mutex
@@ -91,8 +91,8 @@ func (s *batchStore) RemoveMany(ctx context.Context, ids []string) ([]string, er
 	return s.memStore.RemoveMany(ctx, ids)
 }
 
-// slowPublisher is a recordingPublisher whose publishes take a while, as a broker's confirms do,
-// so that messages handled meanwhile form batches.
+// slowPublisher is a recordingPublisher whose publishes take a while, as a broker's confirms do, so
+// that messages handled meanwhile form batches.
 type slowPublisher struct {
 	recordingPublisher
 	mu    sync.Mutex
@@ -389,7 +389,8 @@ func requireEachOnce(t *testing.T, msgs []*message.Message, ids []string) {
 	}
 }
 
-// storeClaimedAt stores a timeout due at due and claims it, as the poller does before announcing it.
+// storeClaimedAt stores a timeout due at due and claims it, as the poller does before announcing
+// it.
 func (b *dispatchBundle) storeClaimedAt(t *testing.T, destination string, due time.Time) persistence.Timeout {
 	t.Helper()
 	timeout := persistence.Timeout{ID: watermill.NewUUID(), Destination: destination, Due: due, Payload: []byte("charge order 7")}

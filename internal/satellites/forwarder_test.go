@@ -109,9 +109,9 @@ func TestForwarderFailureCountsAsAFailedForward(t *testing.T) {
 	})
 }
 
-// txBatchForwarder stands in for a transport that forwards a batch and removes its timeouts in
-// one transaction: a failing batch publishes and removes nothing. batchFail fails batches of
-// many, as one bad message among them fails a real transaction.
+// txBatchForwarder stands in for a transport that forwards a batch and removes its timeouts in one
+// transaction: a failing batch publishes and removes nothing. batchFail fails batches of many, as
+// one bad message among them fails a real transaction.
 type txBatchForwarder struct {
 	txForwarder
 	batchFail error
@@ -194,9 +194,9 @@ func TestBatchForwarderForwardsTogetherEachOnce(t *testing.T) {
 	})
 }
 
-// TestBatchForwarderFailureFallsBackToOneByOne: a batch that fails (rolled back) is forwarded
-// one by one, in batches of one, so a failing timeout counts its own attempt and the others go
-// through, each once.
+// TestBatchForwarderFailureFallsBackToOneByOne: a batch that fails (rolled back) is forwarded one
+// by one, in batches of one. So a failing timeout counts its own attempt; the others go through,
+// each once.
 func TestBatchForwarderFailureFallsBackToOneByOne(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -248,8 +248,8 @@ func TestBatchForwarderSkipsWhatIsGone(t *testing.T) {
 
 var _ public.BatchForwarder = (*txBatchForwarder)(nil)
 
-// TestManyIDMessageThroughABatchForwarder: the ids of one message are forwarded in one
-// ForwardMany, each exactly once, redelivery included.
+// TestManyIDMessageThroughABatchForwarder: the ids of one message are forwarded in one ForwardMany,
+// each exactly once, redelivery included.
 func TestManyIDMessageThroughABatchForwarder(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {

@@ -30,10 +30,9 @@ import (
 // bigPayload is more than sizeLimitPublisher takes.
 const bigPayload = 1 << 10
 
-// sizeLimitPublisher refuses a Publish that holds a message of bigPayload bytes or more, as
-// RabbitMQ refuses one larger than its max_message_size (on every topic: the error queue too),
-// and records the others. errorQueueErr, when set, is what a refused error-queue copy returns
-// instead.
+// sizeLimitPublisher refuses a Publish with a message of bigPayload bytes or more, on every topic.
+// RabbitMQ refuses one larger than its max_message_size so, the error queue too. It records the
+// others. errorQueueErr, when set, is what a refused error-queue copy returns instead.
 type sizeLimitPublisher struct {
 	recordingPublisher
 	errorQueueErr error
@@ -132,8 +131,8 @@ func (b *parkBundle) storeDue(t *testing.T, n, size int, destination string) []s
 	return ids
 }
 
-// handleAll hands the dispatcher message of each id to the satellite at the same time, so that
-// they are dispatched in batches, and returns each result.
+// handleAll hands the dispatcher message of each id to the satellite at the same time, so that they
+// are dispatched in batches, and returns each result.
 func (b *parkBundle) handleAll(ids []string) []error { return handleAtOnce(b.dispatch, ids) }
 
 func (b *parkBundle) peek(t *testing.T, id string) persistence.Timeout {
@@ -343,8 +342,8 @@ func TestUnforwardableTimeoutIsParkedThroughABatchForwarder(t *testing.T) {
 	})
 }
 
-// A message moved to the error queue after its retries is handled: the failures counted on the
-// way there leave the dispatch breaker disarmed, as parking does.
+// A message moved to the error queue after its retries is handled: the failures counted on the way
+// there leave the dispatch breaker disarmed, as parking does.
 func TestMovingToTheErrorQueueDisarmsTheBreaker(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
