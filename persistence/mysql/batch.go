@@ -18,10 +18,9 @@ const (
 	maxInsertBytes = 4 << 20
 )
 
-// batchRow is one timeout of a StoreMany, with its columns as they are sent.
+// batchRow is one timeout of a StoreMany.
 type batchRow struct {
 	sqlstore.Row
-	due string
 }
 
 func (r batchRow) size() int {
@@ -34,7 +33,7 @@ func (s *Store) storeRows(ctx context.Context, tx sqlstore.Querier, sorted []sql
 	rows := make([]batchRow, len(sorted))
 	ids := make([]string, len(sorted))
 	for i, r := range sorted {
-		rows[i] = batchRow{Row: r, due: sqlstore.FormatDatetime(r.Due)}
+		rows[i] = batchRow{Row: r}
 		ids[i] = r.T.ID
 	}
 	stored, err := s.storedIDs(ctx, tx, ids, false)
@@ -102,10 +101,10 @@ func (s *Store) withoutStored(ctx context.Context, tx sqlstore.Querier, rows []b
 func (s *Store) insert(ctx context.Context, tx sqlstore.Querier, rows []batchRow) error {
 	args := make([]any, 0, 8*len(rows))
 	for _, r := range rows {
-		args = append(args, []byte(r.T.ID), []byte(r.T.Destination), r.due, r.due, []byte(r.T.Owner), r.Payload,
-			r.Metadata, r.T.FailureCount)
+		args = append(args, s.sel.row.Args(sqlstore.StoreParams{ID: r.T.ID, Destination: r.T.Destination, Owner: r.T.Owner,
+			Due: r.Due, Payload: r.Payload, Metadata: r.Metadata, FailureCount: r.T.FailureCount})...)
 	}
-	_, err := tx.ExecContext(ctx, s.q.storeMany(len(rows)), args...)
+	_, err := tx.ExecContext(ctx, s.q.storeMany(s.sel.row.SQL, len(rows)), args...)
 	return err
 }
 

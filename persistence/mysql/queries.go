@@ -109,10 +109,14 @@ func (p lockParams) Bind(b *sqlstore.Binder) {
 	b.Int("limit", p.Limit)
 }
 
-// selects are claimSelect and hideSelect compiled.
+// storeRow is one row of storeMany's VALUES, in the order of sqlstore.Columns.
+const storeRow = "(@id, @destination, @due, @due, @owner, @state, @headers, @failureCount)"
+
+// selects are claimSelect, hideSelect and storeRow compiled.
 type selects struct {
 	claim sqlstore.Stmt[lockParams]
 	hide  sqlstore.Stmt[sqlstore.HideParams]
+	row   sqlstore.Stmt[sqlstore.StoreParams]
 }
 
 func (q queries) compile() (selects, error) {
@@ -125,7 +129,11 @@ func (q queries) compile() (selects, error) {
 	if err != nil {
 		return selects{}, fmt.Errorf("mysql: hide: %w", err)
 	}
-	return selects{claim: claim, hide: hide}, nil
+	row, err := sqlstore.Compile[sqlstore.StoreParams](&b, storeRow)
+	if err != nil {
+		return selects{}, fmt.Errorf("mysql: StoreMany: %w", err)
+	}
+	return selects{claim: claim, hide: hide, row: row}, nil
 }
 
 // placeholders returns "?, ?, …, ?" for n values.
@@ -139,10 +147,10 @@ func (q queries) moveIn(n int) string {
 	return fmt.Sprintf(`UPDATE %s SET available_at = ?, claimed_by = ? WHERE id IN (%s)`, q.table, placeholders(n))
 }
 
-// storeMany inserts n rows: Store's statement with n value lists.
-func (q queries) storeMany(n int) string {
+// storeMany inserts n rows: Store's statement with n value lists, each row (storeRow compiled).
+func (q queries) storeMany(row string, n int) string {
 	return fmt.Sprintf(`INSERT INTO %s (%s)
-VALUES %s`, q.table, sqlstore.Columns, strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?), ", n), ", "))
+VALUES %s`, q.table, sqlstore.Columns, strings.TrimSuffix(strings.Repeat(row+", ", n), ", "))
 }
 
 // idsIn selects which of n ids are stored.

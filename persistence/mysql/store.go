@@ -137,14 +137,14 @@ func newStore(db *sql.DB, ownsDB bool, table string) (*Store, error) {
 		},
 		Check: sqlstore.Check{Validate: validateTimeout},
 		Own: sqlstore.Own{
-			// Multi-row INSERTs after a look for the ids stored: a duplicate fails the whole
-			// statement on MariaDB, which has no ON CONFLICT DO NOTHING that leaves errors alone.
+			// Multi-row INSERTs of the ids a look found not stored: there is no ON CONFLICT DO
+			// NOTHING, INSERT IGNORE would hide other errors too, and one duplicate fails the
+			// whole statement.
 			StoreRows: s.storeRows,
-			// Locks the rows before it deletes them: MariaDB's DELETE has no RETURNING of the rows
-			// deleted that a concurrent delete would not also report.
+			// The rows are locked and read, then deleted: MySQL's DELETE has no RETURNING.
 			RemoveIDs: s.removeIDs,
-			// A locking SELECT with FORCE INDEX, then an UPDATE by id: MariaDB's UPDATE takes
-			// neither SKIP LOCKED nor RETURNING.
+			// A locking SELECT (FORCE INDEX, SKIP LOCKED), then an UPDATE by id, with a retry on
+			// a deadlock: an UPDATE can neither skip locked rows nor return the rows it changed.
 			Claim: s.claimDue,
 			Hide:  s.hideRetried,
 		},
