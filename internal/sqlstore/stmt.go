@@ -78,19 +78,29 @@ type Stmt[P Params] struct {
 	binding *Binding
 }
 
+// argsBuf holds what one call of Args makes, in one allocation for the statements the store
+// runs (a slice outgrows its array on its own).
+type argsBuf struct {
+	b    Binder
+	vals [8]any
+	args [9]any
+}
+
 // Args returns the arguments of the statement for p.
 func (s *Stmt[P]) Args(p P) []any {
 	if len(s.from) == 0 {
 		return nil
 	}
-	b := Binder{binding: s.binding, vals: make([]any, 0, len(s.from))}
-	p.Bind(&b)
-	args := make([]any, len(s.from))
+	buf := &argsBuf{}
+	buf.b = Binder{binding: s.binding, vals: buf.vals[:0]}
+	p.Bind(&buf.b)
+	args := buf.args[:0]
 	for i, j := range s.from {
-		args[i] = b.vals[j]
+		v := buf.b.vals[j]
 		if s.named != nil {
-			args[i] = sql.Named(s.named[i], args[i])
+			v = sql.Named(s.named[i], v)
 		}
+		args = append(args, v)
 	}
 	return args
 }
