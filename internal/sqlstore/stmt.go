@@ -55,7 +55,7 @@ func (b *Binder) NullText(name, s string) {
 	b.Text(name, s)
 }
 
-// Time binds a time in UTC, whole microseconds.
+// Time binds a time, sent in UTC as the binding says; the caller rounds it to the microsecond.
 func (b *Binder) Time(name string, t time.Time) { b.add(name, b.binding.time(t)) }
 
 // Int binds a number.
