@@ -28,29 +28,33 @@ type Manager struct {
 	cfg    Config
 	logger watermill.LoggerAdapter
 
-	store        *satellites.Store
-	dispatch     *satellites.Dispatch
-	poller       *poller
-	publisher    *Publisher
-	breakers     []*breaker.CircuitBreaker
-	breakerNames []string // breakers[i]'s name
-	metrics      *metrics
-	tracing      tracing
-	stop         *lifecycle
-	instance     *instance
-	failures     lastFailures      // each breaker's last failure, for Health
-	clock        *storeclock.Clock // the store's time, measured against Config.Clock
-	setUp        atomic.Bool       // the store's infrastructure is set up, for Health
+	store           *satellites.Store
+	dispatch        *satellites.Dispatch
+	poller          *poller
+	publisher       *Publisher
+	breakers        []*breaker.CircuitBreaker
+	breakerNames    []string // breakers[i]'s name
+	metrics         *metrics
+	tracing         tracing
+	svc             *service // the background work: set-up, instance hold, poller, release
+	stop            *lifecycle
+	instance        *instance
+	failures        lastFailures      // each breaker's last failure, for Health
+	clock           *storeclock.Clock // the store's time, measured against Config.Clock
+	recoveryBreaker *breaker.RateBreaker
+	// signal is the lifecycle handler's message channel (routerSignal): it carries nothing, and
+	// the stop closes it.
+	signal chan *message.Message
+	setUp  atomic.Bool // the store's infrastructure is set up, for Health
 
-	mu         sync.Mutex
-	router     *message.Router
-	critErr    *critical.Error
-	startErr   error           // why the manager refused to start (an instance name in use)
-	subscribed int             // the satellites' subscriptions made so far
-	pollCtx    context.Context // the store satellite's subscription context
-	started    bool
-	done       chan struct{} // closed when the manager has stopped
-	ready      chan struct{} // closed once the store's infrastructure is set up
+	mu       sync.Mutex
+	router   *message.Router
+	handlers []*message.Handler // the store and dispatch satellites' handlers
+	critErr  *critical.Error
+	startErr error // why the manager refused to start (an instance name in use)
+
+	done  <-chan struct{} // closed when the manager has stopped: svc.Stopped()
+	ready chan struct{}   // closed once the store's infrastructure is set up
 }
 
 // NewManager validates config and assembles the timeout manager.
@@ -68,10 +72,12 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 	m := &Manager{
 		cfg:    config,
 		logger: logger.With(watermill.LogFields{"endpoint": config.Endpoint}),
-		done:   make(chan struct{}),
 		ready:  make(chan struct{}),
+		signal: make(chan *message.Message),
 	}
-	m.stop = newLifecycle(config.Store, config.Publisher, m.logger)
+	m.svc = newService(m.run, m.onStop)
+	m.done = m.svc.Stopped()
+	m.stop = newLifecycle(config.Store, config.Publisher, m.svc, m.logger)
 	m.instance = newInstance(config)
 	m.tracing = newTracing(config.TracerProvider)
 
@@ -110,12 +116,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 	if err != nil {
 		return nil, err
 	}
-	m.stop.onBegin = func() {
-		for _, b := range m.breakers {
-			b.Stop()
-		}
-		recoveryBreaker.Stop()
-	}
+	m.recoveryBreaker = recoveryBreaker
 
 	m.breakerNames = breakerNames
 	m.clock = storeclock.New(storeclock.Config{
@@ -189,8 +190,10 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 	return m, nil
 }
 
-// AddToRouter adds the store and dispatch satellites to router. The poller runs while the
-// router does: it starts once both satellites have subscribed and stops when the router closes.
+// AddToRouter adds the store and dispatch satellites to router, and the manager's lifecycle
+// handler, which carries no messages. The manager's background work (setting the store up, then
+// polling) runs while the router does: it starts when the router runs its handlers and stops when
+// the router closes.
 //
 // To stop, close the router, then wait for Done before closing the store (and the Publisher and
 // Subscriber, which the manager does not close). The stop lets forwards already started finish;
@@ -202,9 +205,13 @@ func (m *Manager) AddToRouter(router *message.Router) error {
 		return fmt.Errorf("%w: the manager of %s is already added to a router", ErrInvalidConfig, m.cfg.Endpoint)
 	}
 	m.router = router
-	router.AddConsumerHandler(m.store.Name(), m.store.Queue(), &managedSubscriber{Subscriber: m.cfg.Subscriber, m: m, startsPoller: true},
-		m.whenReady(m.tracing.stored(m.store.Queue(), m.store.Handle)))
-	router.AddConsumerHandler(m.dispatch.Name(), m.dispatch.Queue(), &managedSubscriber{Subscriber: m.cfg.Subscriber, m: m}, m.whenReady(m.handleDue))
+	m.handlers = []*message.Handler{
+		router.AddConsumerHandler(m.store.Name(), m.store.Queue(), m.cfg.Subscriber,
+			m.whenReady(m.tracing.stored(m.store.Queue(), m.store.Handle))),
+		router.AddConsumerHandler(m.dispatch.Name(), m.dispatch.Queue(), m.cfg.Subscriber, m.whenReady(m.handleDue)),
+	}
+	router.AddConsumerHandler(m.store.Name()+".lifecycle", "timeoutmill.lifecycle", &routerSignal{svc: m.svc, none: m.signal},
+		func(*message.Message) error { return nil })
 	return nil
 }
 
@@ -299,47 +306,72 @@ func (m *Manager) Ready() <-chan struct{} { return m.ready }
 // Publisher and Subscriber, only after it.
 func (m *Manager) Done() <-chan struct{} { return m.done }
 
-// startPoller is called by each satellite's subscription; the second starts the poller, with the
-// store satellite's subscription context (ctx when startsPoller), so that nothing is announced
-// before the dispatch satellite listens: an in-process Pub/Sub drops a message that has no
-// subscriber.
-func (m *Manager) startPoller(ctx context.Context, startsPoller bool) {
+// run is the manager's background work, the one goroutine of its service, from the start of
+// the router's handlers to the stop. It sets the store up, measures its clock and holds the
+// instance name, retrying while the store is unreachable; then it closes Ready and polls. When
+// ctx ends it waits for the router's handlers, gives back what the stop cut short, and lets the
+// instance name go.
+func (m *Manager) run(ctx context.Context) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if startsPoller {
-		m.pollCtx = ctx
+	router, handlers := m.router, m.handlers
+	m.mu.Unlock()
+	for _, h := range handlers {
+		select {
+		case <-h.Started():
+		case <-ctx.Done():
+		}
 	}
-	m.subscribed++
-	if m.started || m.subscribed < 2 || m.pollCtx == nil {
+	go m.watch(ctx, router, handlers)
+	setUp := (m.cfg.SkipInfrastructureSetup || m.setupInfrastructure(ctx)) && m.measureClock(ctx)
+	m.setUp.Store(setUp)
+	if setUp && m.holdInstance(ctx) {
+		close(m.ready)
+		// Nothing is announced before every handler of the router has subscribed. On a
+		// GoChannel a destination without a subscriber yet drops what is forwarded to it,
+		// and a Subscribe waits for the publishes in flight, among them an announcement
+		// waiting for the dispatch satellite, whose forwards wait for that Subscribe.
+		select {
+		case <-router.Running():
+		case <-ctx.Done():
+		}
+		m.poller.run(ctx)
+	}
+	// Router.Close returns once the router's handlers have finished (a second call waits for
+	// the first), so the dispatch satellite has settled all it will.
+	if err := router.Close(); err != nil {
+		m.logger.Error("Waiting for the router's handlers at the stop failed", err, nil)
+	}
+	m.poller.wait()
+	m.stop.release(m.stop.unsettled(), "claimed on an in-process Pub/Sub and not delivered")
+	m.letInstanceGo()
+}
+
+// watch begins the stop when a satellite's handler stops without the router closing: its
+// subscription ended, as when the Pub/Sub closes under the router. The manager cannot go on
+// without it, and its stop closes the router. It returns when ctx ends.
+func (m *Manager) watch(ctx context.Context, router *message.Router, handlers []*message.Handler) {
+	// A handler's Stopped channel is set once the router runs all its handlers.
+	select {
+	case <-router.Running():
+	case <-ctx.Done():
 		return
 	}
-	m.started = true
-	ctx = m.stop.running(m.pollCtx) // the poller claims nothing once the stop begins
-	router := m.router
-	go func() {
-		defer close(m.done)
-		setUp := (m.cfg.SkipInfrastructureSetup || m.setupInfrastructure(ctx)) && m.measureClock(ctx)
-		m.setUp.Store(setUp)
-		if setUp && m.holdInstance(ctx) {
-			close(m.ready)
-			// Nothing is announced before every handler of the router has subscribed. On a
-			// GoChannel a destination without a subscriber yet drops what is forwarded to it,
-			// and a Subscribe waits for the publishes in flight, among them an announcement
-			// waiting for the dispatch satellite, whose forwards wait for that Subscribe.
-			select {
-			case <-router.Running():
-			case <-ctx.Done():
-			}
-			m.poller.run(ctx)
-		}
-		// Router.Close returns once the router's handlers have finished (a second call waits
-		// for the first), so the dispatch satellite has settled all it will.
-		if err := router.Close(); err != nil {
-			m.logger.Error("Waiting for the router's handlers at the stop failed", err, nil)
-		}
-		m.stop.release(m.stop.unsettled(), "claimed on an in-process Pub/Sub and not delivered")
-		m.letInstanceGo()
-	}()
+	select {
+	case <-handlers[0].Stopped():
+	case <-handlers[1].Stopped():
+	case <-ctx.Done():
+		return
+	}
+	m.svc.begin()
+}
+
+// onStop runs when the stop begins: the breakers stop for good, and the lifecycle handler ends.
+func (m *Manager) onStop() {
+	for _, b := range m.breakers {
+		b.Stop()
+	}
+	m.recoveryBreaker.Stop()
+	close(m.signal)
 }
 
 // setupInfrastructure creates the store's tables, retrying under the fetch breaker while the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -51,10 +52,9 @@ type poller struct {
 	// more than maxAnnouncing batches ahead of the dispatcher queue.
 	slots      chan struct{}
 	announcing sync.WaitGroup
-	mu         sync.Mutex
-	// plannedWake is when the sleeping poller will look again; zero while it is working, when any
-	// store must wake it, because the Next it read may predate that store.
-	plannedWake time.Time
+	// plannedWake is when the sleeping poller will look again, in Unix nanoseconds; 0 while it is
+	// working, when any store must wake it, because the Next it read may predate that store.
+	plannedWake atomic.Int64
 	// orphans is set when a claim failed: the database may have committed it and the answer been
 	// lost on the way (a network that drops packets, a call past its deadline), leaving ids
 	// claimed that no one announces. Before its next claim the poller gives back what its
@@ -101,10 +101,7 @@ func (p *poller) init() {
 
 // wake tells the poller a timeout due at due was stored.
 func (p *poller) wake(due time.Time) {
-	p.mu.Lock()
-	planned := p.plannedWake
-	p.mu.Unlock()
-	if !planned.IsZero() && !due.Before(planned) {
+	if planned := p.plannedWake.Load(); planned != 0 && due.UnixNano() >= planned {
 		return
 	}
 	select {
@@ -113,9 +110,8 @@ func (p *poller) wake(due time.Time) {
 	}
 }
 
-// run polls until ctx is done, then waits for the announcements in flight.
+// run polls until ctx is done. The announcements it started may still be in flight (see wait).
 func (p *poller) run(ctx context.Context) {
-	defer p.announcing.Wait()
 	var at time.Time
 	for ctx.Err() == nil {
 		p.setPlanned(time.Time{})
@@ -304,10 +300,15 @@ func (p *poller) awaitAnnouncing(ctx context.Context, at time.Time) bool {
 	}
 }
 
+// wait waits for the announcements in flight, after run.
+func (p *poller) wait() { p.announcing.Wait() }
+
 func (p *poller) setPlanned(at time.Time) {
-	p.mu.Lock()
-	p.plannedWake = at
-	p.mu.Unlock()
+	if at.IsZero() {
+		p.plannedWake.Store(0)
+		return
+	}
+	p.plannedWake.Store(at.UnixNano())
 }
 
 // announceClaimed announces a batch claimed at claimedAt, due by dueBy (zero: due already). The ids of failed publishes are

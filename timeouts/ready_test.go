@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -36,31 +37,37 @@ func (s *unreadyStore) SetupInfrastructure(context.Context) error {
 // store's tables (it keeps trying), and closes once it has, with the router already running.
 func TestReadyWaitsForTheStoreToBeSetUp(t *testing.T) {
 	t.Parallel()
-	store := &unreadyStore{inner: memory.New()}
-	b := setup(t, store, func(c *timeouts.Config) { c.RetryDelay = 10 * time.Millisecond })
-	require.Eventually(t, func() bool { return store.attempts.Load() >= 3 }, 10*time.Second, 5*time.Millisecond,
-		"the manager keeps trying to set the store up")
-	select {
-	case <-b.manager.Ready():
-		t.Fatal("ready before the store was set up")
-	default:
-	}
-	store.up.Store(true)
-	select {
-	case <-b.manager.Ready():
-	case <-time.After(10 * time.Second):
-		t.Fatal("not ready once the store could be set up")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		store := &unreadyStore{inner: memory.New()}
+		b := setup(t, store, func(c *timeouts.Config) { c.RetryDelay = 10 * time.Millisecond })
+		time.Sleep(time.Second) // fake time: the manager retries meanwhile
+		require.GreaterOrEqual(t, store.attempts.Load(), int32(3), "the manager keeps trying to set the store up")
+		select {
+		case <-b.manager.Ready():
+			t.Fatal("ready before the store was set up")
+		default:
+		}
+		store.up.Store(true)
+		time.Sleep(time.Second) // fake time: the next attempt succeeds
+		select {
+		case <-b.manager.Ready():
+		default:
+			t.Fatal("not ready once the store could be set up")
+		}
+	})
 }
 
 // TestReadyAtOnceWithoutSetUp: a store with nothing to set up is ready as soon as the router
 // started the manager.
 func TestReadyAtOnceWithoutSetUp(t *testing.T) {
 	t.Parallel()
-	b := setup(t, memory.New(), nil)
-	select {
-	case <-b.manager.Ready():
-	case <-time.After(10 * time.Second):
-		t.Fatal("not ready")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, memory.New(), nil)
+		synctest.Wait()
+		select {
+		case <-b.manager.Ready():
+		default:
+			t.Fatal("not ready")
+		}
+	})
 }

@@ -15,37 +15,32 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-// lifecycle is a manager's stop: when it begins, which failures are its doing rather than the
-// store's or the broker's, and what the manager gives back to the store when it ends.
+// lifecycle is what a manager's stop changes: which failures are the stop's doing rather than
+// the store's or the broker's, and what the manager gives back to the store when it ends.
 //
-// The stop begins when the router starts closing (it closes the manager's subscriptions first)
-// or when its context is cancelled, whichever comes first. From then on the poller claims
-// nothing more, the breakers are stopped for good, and a forward or announcement that fails is
-// not counted against the timeout: it is left in the store, and given back (Release) at once
-// where it would otherwise wait for its lease.
+// The stop begins when the service's stop begins (see routerSignal): the router starts closing,
+// or its context is cancelled. A GoChannel that closed counts as a stop too (stopping). From
+// then on the poller claims nothing more, the breakers are stopped for good, and a forward or
+// announcement that fails is not counted against the timeout: it is left in the store, and
+// given back (Release) at once where it would otherwise wait for its lease.
 type lifecycle struct {
 	store  persistence.Store
 	logger watermill.LoggerAdapter
+	svc    *service
 	// goChannel is the Publisher when it is Watermill's in-process GoChannel. Its messages live
 	// only as long as the process: an announcement or forward on it that a stop cuts short
 	// may be discarded without an error, so the manager keeps track of every id it claimed
 	// until its dispatch satellite has settled it, and gives back the others when it stops.
 	goChannel *gochannel.GoChannel
-
-	begun   chan struct{}
-	once    sync.Once
-	onBegin func()           // stops the breakers; set before the manager starts
-	now     func() time.Time // the store's time, which claims' leases are on
+	now       func() time.Time // the store's time, which claims' leases are on
 
 	mu     sync.Mutex
-	ctx    context.Context      // the poller's context, once it runs
-	cancel context.CancelFunc   // cancels ctx
 	claims map[string]time.Time // GoChannel only: ids claimed and not settled, by lease end
 	pruned time.Time
 }
 
-func newLifecycle(store persistence.Store, publisher message.Publisher, logger watermill.LoggerAdapter) *lifecycle {
-	l := &lifecycle{store: store, logger: logger, begun: make(chan struct{}), now: time.Now}
+func newLifecycle(store persistence.Store, publisher message.Publisher, svc *service, logger watermill.LoggerAdapter) *lifecycle {
+	l := &lifecycle{store: store, logger: logger, svc: svc, now: time.Now}
 	if g, ok := publisher.(*gochannel.GoChannel); ok {
 		l.goChannel = g
 		l.claims = map[string]time.Time{}
@@ -61,12 +56,16 @@ var errGoChannelAcks = errors.New("Publisher is a GoChannel without BlockPublish
 
 // checkGoChannel refuses a GoChannel publisher whose Publish does not wait for the subscribers'
 // acks: only with it does a forward that returned mean a subscriber has the message.
+//
+// GoChannel keeps its Config unexported and has no method that tells; reading the field is all
+// reflection allows. A behavioural check would need a Subscribe, which waits for the publishes in
+// flight: on a GoChannel already busy, one that waits for a handler that publishes, it would hang
+// NewManager and the handler. A renamed field refuses every GoChannel, loudly.
 func checkGoChannel(p message.Publisher) error {
 	g, ok := p.(*gochannel.GoChannel)
 	if !ok {
 		return nil
 	}
-	// GoChannel keeps its Config unexported; reading a field is all reflection allows here.
 	cfg := reflect.ValueOf(g).Elem().FieldByName("config")
 	if !cfg.IsValid() {
 		return fmt.Errorf("cannot tell whether the GoChannel Publisher waits for its subscribers' acks")
@@ -77,55 +76,19 @@ func checkGoChannel(p message.Publisher) error {
 	return nil
 }
 
-// running returns the poller's context: ctx, the router's subscription context, which the stop
-// cancels when it begins first; its cancellation begins the stop.
-func (l *lifecycle) running(ctx context.Context) context.Context {
-	ctx, cancel := context.WithCancel(ctx)
-	l.mu.Lock()
-	l.ctx, l.cancel = ctx, cancel
-	l.mu.Unlock()
-	context.AfterFunc(ctx, l.begin)
-	select {
-	case <-l.begun:
-		cancel() // the router closed before the poller started
-	default:
-	}
-	return ctx
-}
-
-// begin begins the stop, once: the poller claims nothing more and the breakers stop for good.
-func (l *lifecycle) begin() {
-	l.once.Do(func() {
-		close(l.begun)
-		l.mu.Lock()
-		cancel := l.cancel
-		l.mu.Unlock()
-		if cancel != nil {
-			cancel()
-		}
-		if l.onBegin != nil {
-			l.onBegin()
-		}
-	})
-}
-
-// stopping reports whether the stop has begun. It never blocks.
+// stopping reports whether the stop has begun, or the GoChannel closed. It never blocks.
 func (l *lifecycle) stopping() bool {
-	select {
-	case <-l.begun:
-		return true
-	default:
-	}
-	l.mu.Lock()
-	ctx := l.ctx
-	l.mu.Unlock()
-	if ctx != nil && ctx.Err() != nil {
-		return true // the AfterFunc may not have run yet
-	}
-	// A GoChannel closed by a handler of its own router, or by its owner: Publish refuses even
-	// an empty batch once it is closed.
-	return l.goChannel != nil && l.goChannel.Publish(closedProbeTopic) != nil
+	return l.svc.Stopping() || l.goChannel != nil && goChannelClosed(l.goChannel)
 }
+
+// goChannelClosed reports whether g is closed. GoChannel tells it only through Publish and
+// Subscribe, which refuse to work once it is closed; a Publish of no messages publishes nothing.
+//
+// It must be read, not watched: a GoChannel that closes makes the Publish calls in flight
+// return nil, and the forward's caller asks right after. Its own goroutines, which close its
+// subscriptions, may not have run yet; a Close by another handler of the router may not have
+// reached the manager's lifecycle handler yet either.
+func goChannelClosed(g *gochannel.GoChannel) bool { return g.Publish(closedProbeTopic) != nil }
 
 // closedProbeTopic is published to with no messages, to ask a GoChannel whether it is closed.
 const closedProbeTopic = "timeoutmill.closed-probe"
@@ -211,27 +174,4 @@ func (l *lifecycle) release(ids []string, why string) {
 	}
 	fields["released"] = n
 	l.logger.Info("Released claimed timeouts not delivered before the stop", fields)
-}
-
-// managedSubscriber is the Subscriber the manager's handlers subscribe with. Its Close, which the
-// router calls the moment it starts closing, begins the manager's stop before the subscriber
-// itself is closed; the store satellite's Subscribe starts the poller.
-type managedSubscriber struct {
-	message.Subscriber
-	m            *Manager
-	startsPoller bool
-}
-
-func (s *managedSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	ch, err := s.Subscriber.Subscribe(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	s.m.startPoller(ctx, s.startsPoller)
-	return ch, nil
-}
-
-func (s *managedSubscriber) Close() error {
-	s.m.stop.begin()
-	return s.Subscriber.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -118,4 +119,37 @@ func TestAStoreNeverOpenedIsRefused(t *testing.T) {
 		require.ErrorIs(t, err, timeouts.ErrInvalidConfig, name)
 		require.ErrorContains(t, err, "Store is a nil or zero-value", name)
 	}
+}
+
+// TestRouterClosedWhileTheStoreIsBeingSetUpStops: a router closed while the manager still retries
+// setting up an unreachable store stops the manager; it never became ready, and reports no error.
+func TestRouterClosedWhileTheStoreIsBeingSetUpStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &unreadyStore{inner: memory.New()}
+		b := setup(t, store, func(c *timeouts.Config) { c.RetryDelay = 10 * time.Millisecond })
+		time.Sleep(time.Second) // fake time: the set-up is retried meanwhile
+		require.GreaterOrEqual(t, store.attempts.Load(), int32(3), "the manager keeps trying to set the store up")
+
+		require.NoError(t, b.router.Close())
+		<-b.manager.Done() // synctest reports a deadlock if it never closes
+		select {
+		case <-b.manager.Ready():
+			t.Fatal("ready without a store set up")
+		default:
+		}
+		require.NoError(t, b.manager.Err())
+		require.Zero(t, b.manager.Activity().Dispatched)
+	})
+}
+
+// TestGoChannelClosedByItsOwnerStopsTheManager: the manager watches its GoChannel through the
+// API: when the GoChannel closes under a running router, the stop begins and Done closes.
+func TestGoChannelClosedByItsOwnerStopsTheManager(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setup(t, memory.New(), nil)
+		<-b.manager.Ready()
+		require.NoError(t, b.pubSub.Close())
+		<-b.manager.Done()
+		require.NoError(t, b.manager.Err())
+	})
 }
