@@ -32,8 +32,8 @@ func TestManagersOnOneStoreSideBySideDoNotRace(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		store := memory.New().(memStore)
-		first := setup(t, store, func(c *timeouts.Config) { c.PollInterval = 50 * time.Millisecond })
-		arrivals := []<-chan arrival{subscribe(t, first.pubSub, "reminders")}
+		first, firstArrivals := setupSubscribed(t, store, "reminders", func(c *timeouts.Config) { c.PollInterval = 50 * time.Millisecond })
+		arrivals := []<-chan arrival{firstArrivals}
 
 		const n = 300
 		var scheduling sync.WaitGroup
@@ -52,8 +52,8 @@ func TestManagersOnOneStoreSideBySideDoNotRace(t *testing.T) {
 		})
 		// Meanwhile, managers are made on the store until every timeout is stored, and one starts.
 		made := 0
-		second := setup(t, store, func(c *timeouts.Config) { c.PollInterval = 50 * time.Millisecond })
-		arrivals = append(arrivals, subscribe(t, second.pubSub, "reminders"))
+		_, secondArrivals := setupSubscribed(t, store, "reminders", func(c *timeouts.Config) { c.PollInterval = 50 * time.Millisecond })
+		arrivals = append(arrivals, secondArrivals)
 		for waiting := true; waiting; made++ {
 			_, err := timeouts.NewManager(timeouts.Config{
 				Endpoint: endpoint, Store: store, Publisher: first.pubSub, Subscriber: first.pubSub,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/persistence"
@@ -101,6 +102,17 @@ func TestClaimLostInACrashIsRecoveredWhenItsLeaseRunsOut(t *testing.T) {
 	requireNoneQueued(t, delivered)
 }
 
+// setupSubscribed runs a manager as setup does, with topic subscribed before it starts: on a
+// GoChannel a destination without a subscriber drops what is forwarded to it, and a Subscribe
+// made while the manager forwards waits for the publishes in flight, which may wait for it.
+func setupSubscribed(t *testing.T, store persistence.Store, topic string, mutate func(*timeouts.Config)) (*testBundle, <-chan arrival) {
+	t.Helper()
+	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1024, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = pubSub.Close() })
+	arrivals := subscribe(t, pubSub, topic)
+	return start(t, pubSub, store, mutate), arrivals
+}
+
 // requireNoneQueued fails t if ch holds an arrival, without waiting.
 func requireNoneQueued(t *testing.T, ch <-chan arrival) {
 	t.Helper()
@@ -167,11 +179,10 @@ func TestPipelineOnSQLiteSurvivesRestartMidFlight(t *testing.T) {
 	// tell a message its subscriber took from one the closing discarded, so its timeout is kept
 	// (at least once). Nothing else arrives, and nothing arrives twice more.
 	// The second process's clock is past every due time and the first one's leases.
-	second := setup(t, openSQLite(t, path), func(c *timeouts.Config) {
+	second, delivered := setupSubscribed(t, openSQLite(t, path), "mid-flight", func(c *timeouts.Config) {
 		c.ClaimLease = time.Second
 		c.Clock = &skewedClock{off: 3 * time.Second}
 	})
-	delivered := subscribe(t, second.pubSub, "mid-flight")
 	again := map[string]bool{}
 	check := func(id string) {
 		switch {

@@ -50,8 +50,7 @@ func TestTraceAcrossTheDelay(t *testing.T) {
 		// GoChannel: the new process has its own).
 		require.NoError(t, first.router.Close())
 		<-first.manager.Done()
-		second := setup(t, store, withTracing)
-		arrivals := subscribe(t, second.pubSub, "traced")
+		_, arrivals := setupSubscribed(t, store, "traced", withTracing)
 
 		want := producer.SpanContext()
 		for range 2 {
