@@ -94,8 +94,9 @@ type CircuitBreaker struct {
 	lastErr error
 	timer   *time.Timer
 	tripped bool
-	stopped bool   // Stop was called: nothing arms the breaker again
-	gen     uint64 // arming generation, so a stale timer cannot trip a re-armed breaker
+	stopped bool          // Stop was called: nothing arms the breaker again
+	stop    chan struct{} // closed by Stop: releases the callers Failure holds back
+	gen     uint64        // arming generation, so a stale timer cannot trip a re-armed breaker
 
 	// The watch over calls in flight (Call).
 	inFlight  int         // calls started and not ended
@@ -114,11 +115,11 @@ func NewCircuitBreaker(cfg BreakerConfig) (*CircuitBreaker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &CircuitBreaker{cfg: cfg}, nil
+	return &CircuitBreaker{cfg: cfg, stop: make(chan struct{})}, nil
 }
 
-// Failure records a failure and then waits RetryDelay, or until ctx is done, so that the caller
-// retries at a steady pace.
+// Failure records a failure and then waits RetryDelay, or until ctx is done or the breaker stops,
+// so that the caller retries at a steady pace.
 func (b *CircuitBreaker) Failure(ctx context.Context, err error) {
 	if b.cfg.OnFailure != nil {
 		b.cfg.OnFailure(err)
@@ -150,6 +151,7 @@ func (b *CircuitBreaker) Failure(ctx context.Context, err error) {
 	select {
 	case <-ctx.Done():
 	case <-t.C:
+	case <-b.stop:
 	}
 }
 
@@ -279,10 +281,14 @@ func (b *CircuitBreaker) Tripped() bool {
 }
 
 // Stop cancels a pending trip, for shutdown, and for good: failures recorded after it neither
-// arm the breaker nor wait, so a stopped endpoint never raises a critical error.
+// arm the breaker nor wait, so a stopped endpoint never raises a critical error. Callers that
+// Failure holds back go at once: a failing stage does not hold up the shutdown.
 func (b *CircuitBreaker) Stop() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if !b.stopped {
+		close(b.stop)
+	}
 	if b.timer != nil {
 		b.timer.Stop()
 	}

@@ -179,6 +179,37 @@ func TestStoppedBreakerIsNeverArmedAgain(t *testing.T) {
 	})
 }
 
+// Stop releases a caller that Failure holds back: a failing stage does not hold up a shutdown
+// for its retry delay.
+func TestStoppedBreakerReleasesTheCallerItHoldsBack(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		rec := &tripRecorder{}
+		b, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
+			Name: "dispatch", TimeToWait: time.Hour, Message: critical.DispatchMessage,
+			RetryDelay: time.Hour, OnTrip: rec.record,
+		})
+		require.NoError(t, err)
+		released := make(chan struct{})
+		go func() {
+			defer close(released)
+			b.Failure(context.Background(), errors.New("broker down"))
+		}()
+		synctest.Wait()
+		select {
+		case <-released:
+			t.Fatal("Failure did not hold its caller back")
+		default:
+		}
+		start := time.Now()
+		b.Stop()
+		<-released
+		require.Zero(t, time.Since(start), "released at the stop, not after the retry delay")
+		b.Stop() // a second Stop is harmless
+		require.Empty(t, rec.all())
+	})
+}
+
 // The breaker reads the time from its Now, not the system clock: a failure's FailingSince and the
 // Armed watch are on that clock.
 func TestBreakerReadsItsClock(t *testing.T) {
