@@ -115,33 +115,34 @@ func (p *poller) run(ctx context.Context) {
 	var at time.Time
 	for ctx.Err() == nil {
 		p.setPlanned(time.Time{})
-		next, ok := p.poll(ctx, at)
+		next, idle, ok := p.poll(ctx, at)
 		if !ok {
 			at = time.Time{}
 			continue // full batch or a failure already waited: go again at once
 		}
-		at = p.sleepUntil(ctx, next)
+		at = p.sleepUntil(ctx, next, idle)
 	}
 }
 
 // poll claims one batch due at at (now if that is past or zero) and starts announcing it at
-// that time. It returns when to look again, or ok == false to look again at once.
-func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok bool) {
+// that time. It returns when to look again, or ok == false to look again at once. idle says
+// that nothing is due before next: it is PollInterval from now.
+func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, idle, ok bool) {
 	select {
 	case p.slots <- struct{}{}:
 	case <-ctx.Done():
-		return time.Time{}, false
+		return time.Time{}, false, false
 	}
 	if p.orphans && !p.releaseOrphans(ctx) {
 		<-p.slots
-		return time.Time{}, false
+		return time.Time{}, false, false
 	}
 	measured := false
 	if p.clock.Clocked() {
 		if age := p.clock.Age(); age < 0 || age > freshClock {
 			if !p.measure(ctx) {
 				<-p.slots
-				return time.Time{}, false
+				return time.Time{}, false, false
 			}
 			measured = true
 		}
@@ -164,7 +165,7 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 			p.logger.Error("Claiming due timeouts failed", err, nil)
 			p.fetch.Failure(ctx, err)
 		}
-		return time.Time{}, false
+		return time.Time{}, false, false
 	}
 	p.fetch.Success()
 	if len(ids) == 0 {
@@ -185,11 +186,11 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 			if !measured && p.clock.Clocked() {
 				p.measure(ctx)
 			}
-			return time.Time{}, false
+			return time.Time{}, false, false
 		}
 	}
 	if !measured && p.clock.Clocked() && !p.measure(ctx) {
-		return time.Time{}, false
+		return time.Time{}, false, false
 	}
 	limit := p.clock.Now().Add(p.interval)
 	nextCtx, end := p.fetch.Call(ctx)
@@ -200,12 +201,12 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, ok boo
 			p.logger.Error("Reading the next due time failed", err, nil)
 			p.fetch.Failure(ctx, err)
 		}
-		return time.Time{}, false
+		return time.Time{}, false, false
 	}
 	if any && due.Before(limit) {
-		return due, true
+		return due, false, true
 	}
-	return limit, true
+	return limit, true, true
 }
 
 // measure measures the offset to the store's clock, as a call of the fetch breaker, and reports
@@ -257,10 +258,18 @@ func (p *poller) claim(ctx context.Context, now time.Time) ([]string, error) {
 
 // sleepUntil sleeps until ahead before at, or until woken. It returns at when the poller is to
 // claim what is due at at, ahead of it; zero when it was woken (claim what is due now).
-func (p *poller) sleepUntil(ctx context.Context, at time.Time) time.Time {
+//
+// An idle poller sleeps until at itself and then claims what is due now (it returns zero). Nothing is due at at,
+// so there is nothing to claim ahead. Claiming ahead of it would also never sleep when
+// PollInterval is shorter than ahead: each look would plan the next one already in reach.
+func (p *poller) sleepUntil(ctx context.Context, at time.Time, idle bool) time.Time {
 	p.setPlanned(at)
-	d := at.Add(-p.ahead()).Sub(p.clock.Now())
-	if d <= 0 {
+	ahead := p.ahead()
+	if idle {
+		ahead = 0
+	}
+	d := at.Add(-ahead).Sub(p.clock.Now())
+	if d <= 0 && !idle {
 		return at
 	}
 	t := time.NewTimer(d)
@@ -268,7 +277,9 @@ func (p *poller) sleepUntil(ctx context.Context, at time.Time) time.Time {
 	select {
 	case <-ctx.Done():
 	case <-t.C:
-		return at
+		if !idle {
+			return at
+		}
 	case <-p.wakeCh:
 	}
 	return time.Time{}

@@ -182,3 +182,58 @@ func TestPollerStoppedBeforeAnnouncingGivesTheClaimBack(t *testing.T) {
 		require.Equal(t, []string{"t1"}, ids, "the stop gave the claim back: claimable at once")
 	})
 }
+
+// wrappedStore names the embedded store: a field named Store would hide the Store method.
+type wrappedStore = persistence.Store
+
+// countingStore counts the claims of the store it wraps.
+type countingStore struct {
+	wrappedStore
+	mu     sync.Mutex
+	claims int
+}
+
+func (s *countingStore) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
+	s.mu.Lock()
+	s.claims++
+	n := s.claims
+	s.mu.Unlock()
+	if n > 10_000 {
+		<-ctx.Done() // a poller that never sleeps: block here so that fake time can go on
+		return nil, ctx.Err()
+	}
+	return s.wrappedStore.ClaimDue(ctx, now, limit, lease)
+}
+
+func (s *countingStore) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.claims
+}
+
+// An idle poller whose PollInterval is shorter than how far ahead it claims still sleeps
+// between looks; before, it planned each look already within reach and never slept.
+func TestIdlePollerWithAShortPollIntervalSleeps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		interval := 5 * time.Millisecond
+		r := newPollerRig(t, interval)
+		require.Less(t, interval, r.poller.ahead(), "the case under test: PollInterval shorter than ahead")
+		store := &countingStore{wrappedStore: r.store}
+		r.poller.store = store
+		r.run(t)
+
+		time.Sleep(time.Second) // fake time: about 200 looks
+		synctest.Wait()
+		looks := store.count()
+		require.LessOrEqual(t, looks, 2*int(time.Second/interval), "an idle poller looked without sleeping")
+		require.Greater(t, looks, int(time.Second/interval)/2, "an idle poller looks every PollInterval")
+
+		due := time.Now().Add(50 * time.Millisecond)
+		r.storeDue(t, "t1", due)
+		time.Sleep(100 * time.Millisecond) // fake time: past the due time
+		synctest.Wait()
+		at, ok := r.announcedAt("t1")
+		require.True(t, ok, "a timeout stored without a wake is found by the next look")
+		require.False(t, at.Before(due), "announced early")
+	})
+}
