@@ -16,7 +16,7 @@ func DeliverAt(msg *message.Message, t time.Time) {
 }
 
 // DeliverAfter marks msg to be delivered no earlier than d from now. Now is the system clock of
-// the producer: DeliverAfter has no manager, so no Config.Clock, and stamps an absolute time as
+// the producer. DeliverAfter has no manager, so no Config.Clock. It stamps an absolute time as
 // DeliverAt does.
 func DeliverAfter(msg *message.Message, d time.Duration) {
 	DeliverAt(msg, time.Now().Add(d))

@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// Health reports whether the manager is ready to do its work: nil once its router runs both
-// satellites (subscribed), the store is set up, the Config.Instance name is held (on a store that
-// records claims' holders), no stage's circuit breaker is armed, and nothing stopped it.
-// Otherwise it returns one error per reason it is not, joined (errors.Join: the error's
-// Unwrap() []error lists them), each a line such as
+// Health reports whether the manager is ready to do its work. It returns nil once its router
+// runs both satellites (subscribed) and the store is set up. The Config.Instance name must be
+// held too (on a store that records claims' holders). No stage's circuit breaker may be armed,
+// and nothing may have stopped it. Otherwise it returns one error per reason it is not, joined
+// (errors.Join: the error's Unwrap() []error lists them). Each is a line such as
 //
 //	not added to a router
 //	satellites not subscribed
@@ -25,12 +25,13 @@ import (
 //
 // errors.Is sees through it to the cause of Err: persistence.ErrInstanceInUse for a twin.
 //
-// A breaker is armed from a stage's first failure until its next success, and while calls to the
-// store or the broker have gone unanswered for over a second: an outage shows once the manager
-// calls what is down (the poller looks at the store at least every PollInterval; the broker is
-// called when a timeout is due, to announce and forward it), long before the breaker's wait ends
-// in a critical error. It reads the manager's state in memory, never the store or the broker, so it
-// is cheap enough for a probe polled every few seconds, and safe to call from any goroutine.
+// A breaker is armed from a stage's first failure until its next success. It is armed too
+// while calls to the store or the broker have gone unanswered for over a second. So an outage
+// shows once the manager calls what is down. The poller looks at the store at least every
+// PollInterval. The broker is called when a timeout is due, to announce and forward it. This
+// is long before the breaker's wait ends in a critical error. Health reads the manager's state
+// in memory, never the store or the broker. So it is cheap enough for a probe polled every few
+// seconds. It is safe to call from any goroutine.
 func (m *Manager) Health() error {
 	var reasons []error
 	m.mu.Lock()
@@ -80,7 +81,7 @@ func closed(ch <-chan struct{}) bool {
 	}
 }
 
-// lastFailures keeps each breaker's last failure, for Health: the breaker itself only says
+// lastFailures keeps each breaker's last failure, for Health. The breaker itself only says
 // whether it is armed.
 type lastFailures struct {
 	mu   sync.Mutex
@@ -102,8 +103,8 @@ func (f *lastFailures) note(breaker string, err error, at time.Time) {
 	f.errs[breaker] = lastFailure{err: err, at: at}
 }
 
-// armed is Health's reason for an armed breaker at now: its last failure and how long ago it
-// was, or that its calls go unanswered when none failed yet.
+// armed is Health's reason for an armed breaker at now. That is its last failure and how long
+// ago it was. When none failed yet, it says that its calls go unanswered.
 func (f *lastFailures) armed(breaker string, now time.Time) error {
 	f.mu.Lock()
 	last, ok := f.errs[breaker]

@@ -11,15 +11,15 @@ import (
 )
 
 // instance is what a manager with Config.Instance does with its name on a store that implements
-// persistence.Claimer: it holds the name while it runs, gives back what an earlier run of the name
-// claimed, and lets the name go at the stop.
+// persistence.Claimer. It holds the name while it runs. It gives back what an earlier run of the
+// name claimed. It lets the name go at the stop.
 type instance struct {
 	name    string
 	claimer persistence.Claimer // nil: no name, or a store that does not record claims' holders
 	release func() error        // lets the name go; nil until held
 }
 
-// newInstance returns the instance of config: with no claimer when the name is empty or the
+// newInstance returns the instance of config. It has no claimer when the name is empty or the
 // store cannot record who claimed what.
 func newInstance(config Config) *instance {
 	in := &instance{name: config.Instance}
@@ -37,7 +37,7 @@ func (in *instance) claimsAs() string {
 	return in.name
 }
 
-// startError is why a manager refused to start: errors.Is matches the cause, among them
+// startError is why a manager refused to start. errors.Is matches the cause, among them
 // persistence.ErrInstanceInUse.
 type startError struct {
 	endpoint, instance string
@@ -50,11 +50,11 @@ func (e *startError) Error() string {
 
 func (e *startError) Unwrap() error { return e.err }
 
-// holdInstance takes the manager's name, then gives back what an earlier run of the name claimed
-// and did not announce or deliver (a kill -9 leaves such claims behind), retrying under the fetch
-// breaker while the store fails. It reports whether the manager may go on: false when ctx ended,
-// or when the name is held by another running manager (then m.startErr says so, and nothing was
-// released).
+// holdInstance takes the manager's name. Then it gives back what an earlier run of the name
+// claimed and did not announce or deliver (a kill -9 leaves such claims behind). It retries
+// under the fetch breaker while the store fails. It reports whether the manager may go on. It
+// is false when ctx ended, or when the name is held by another running manager. Then
+// m.startErr says so, and nothing was released.
 func (m *Manager) holdInstance(ctx context.Context) bool {
 	in := m.instance
 	if in.name == "" {

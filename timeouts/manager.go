@@ -22,7 +22,7 @@ import (
 
 // Manager is the timeout manager of one endpoint: the store satellite, the poller and the
 // dispatch satellite, run by a Watermill router. Create it with NewManager and add it to a
-// router with AddToRouter; publish delayed messages through Publisher (or NewPublisher in
+// router with AddToRouter. Publish delayed messages through Publisher (or NewPublisher in
 // another process).
 type Manager struct {
 	cfg    Config
@@ -42,8 +42,8 @@ type Manager struct {
 	failures        lastFailures      // each breaker's last failure, for Health
 	clock           *storeclock.Clock // the store's time, measured against Config.Clock
 	recoveryBreaker *breaker.RateBreaker
-	// signal is the lifecycle handler's message channel (routerSignal): it carries nothing, and
-	// the stop closes it.
+	// signal is the lifecycle handler's message channel (routerSignal). It carries nothing. The
+	// stop closes it.
 	signal chan *message.Message
 	setUp  atomic.Bool // the store's infrastructure is set up, for Health
 
@@ -192,12 +192,13 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 
 // AddToRouter adds the store and dispatch satellites to router, and the manager's lifecycle
 // handler, which carries no messages. The manager's background work (setting the store up, then
-// polling) runs while the router does: it starts when the router runs its handlers and stops when
-// the router closes.
+// polling) runs while the router does. It starts when the router runs its handlers. It stops
+// when the router closes.
 //
-// To stop, close the router, then wait for Done before closing the store (and the Publisher and
-// Subscriber, which the manager does not close). The stop lets forwards already started finish;
-// what it cuts short stays in the store and is claimable again at once by the next start.
+// To stop, close the router, then wait for Done before closing the store. The same holds for
+// the Publisher and Subscriber, which the manager does not close. The stop lets forwards
+// already started finish. What it cuts short stays in the store, claimable again at once by
+// the next start.
 func (m *Manager) AddToRouter(router *message.Router) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -215,7 +216,7 @@ func (m *Manager) AddToRouter(router *message.Router) error {
 	return nil
 }
 
-// whenReady holds a satellite's messages until the store is set up (Ready): a message handled
+// whenReady holds a satellite's messages until the store is set up (Ready). A message handled
 // before its tables exist would fail, and count against a breaker.
 func (m *Manager) whenReady(handle message.NoPublishHandlerFunc) message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
@@ -263,8 +264,8 @@ func (m *Manager) Cancel(ctx context.Context, id string) (bool, error) {
 }
 
 // CancelByOwner deletes every pending timeout tagged with owner (see WithOwner) and returns how
-// many it deleted. An empty owner is refused with an error wrapping persistence.ErrInvalidTimeout:
-// it would match no timeout.
+// many it deleted. An empty owner would match no timeout. So it is refused with an error
+// wrapping persistence.ErrInvalidTimeout.
 func (m *Manager) CancelByOwner(ctx context.Context, owner string) (int, error) {
 	if owner == "" {
 		return 0, fmt.Errorf("%w: the owner is empty (it would match no timeout)", persistence.ErrInvalidTimeout)
@@ -274,9 +275,10 @@ func (m *Manager) CancelByOwner(ctx context.Context, owner string) (int, error) 
 	return m.cfg.Store.CancelByOwner(ctx, owner)
 }
 
-// Err returns why the manager stopped on its own: the error that refused its start (another
-// running manager holds its Config.Instance: errors.Is(err, persistence.ErrInstanceInUse), and the
-// text names the instance), or the first critical error raised. It returns nil otherwise.
+// Err returns why the manager stopped on its own. That is the error that refused its start, or
+// the first critical error raised. A start is refused when another running manager holds its
+// Config.Instance. Then errors.Is(err, persistence.ErrInstanceInUse) holds, and the text names
+// the instance. It returns nil otherwise.
 func (m *Manager) Err() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -289,28 +291,29 @@ func (m *Manager) Err() error {
 	return m.critErr
 }
 
-// Ready is closed once the store can be used: when the router has started the manager and it has
-// created the store's tables (retrying while the store is unreachable), or at once on start with
-// SkipInfrastructureSetup or a store that needs no set-up; with Config.Instance, once it also
-// holds the name and gave back the claims of an earlier run (never, when another running manager
-// holds the name: the start is refused, see Err); with a store that has a clock of its own
-// (persistence.Clocked), once it has also measured its offset to it. Calls on the store in the first moments
+// Ready is closed once the store can be used. That is when the router has started the manager
+// and it has created the store's tables (retrying while the store is unreachable). With
+// SkipInfrastructureSetup or a store that needs no set-up, it is closed at once on start. With
+// Config.Instance, the manager must also hold the name and give back the claims of an earlier
+// run. When another running manager holds the name, Ready is never closed: the start is
+// refused (see Err). With a store that has a clock of its own (persistence.Clocked), the
+// manager must also have measured its offset to it. Calls on the store in the first moments
 // after router.Running() (Cancel, CancelByOwner, the store's own Stats) may otherwise find no
 // tables yet.
 func (m *Manager) Ready() <-chan struct{} { return m.ready }
 
-// Done is closed when the manager has stopped after its router closed: the poller announced what
-// it had claimed, the router's handlers finished their forwards, what the stop cut short was
-// given back to the store, claimable at once (persistence.Releaser), and the Config.Instance name
-// was let go. Close the store, and the
-// Publisher and Subscriber, only after it.
+// Done is closed when the manager has stopped after its router closed. By then the poller
+// announced what it had claimed. The router's handlers finished their forwards. What the stop
+// cut short was given back to the store, claimable at once (persistence.Releaser). The
+// Config.Instance name was let go. Close the store, and the Publisher and Subscriber, only
+// after it.
 func (m *Manager) Done() <-chan struct{} { return m.done }
 
-// run is the manager's background work, the one goroutine of its service, from the start of
-// the router's handlers to the stop. It sets the store up, measures its clock and holds the
-// instance name, retrying while the store is unreachable; then it closes Ready and polls. When
-// ctx ends it waits for the router's handlers, gives back what the stop cut short, and lets the
-// instance name go.
+// run is the manager's background work, the one goroutine of its service. It runs from the
+// start of the router's handlers to the stop. It sets the store up, measures its clock and
+// holds the instance name, retrying while the store is unreachable. Then it closes Ready and
+// polls. When ctx ends it waits for the router's handlers, gives back what the stop cut short,
+// and lets the instance name go.
 func (m *Manager) run(ctx context.Context) {
 	m.mu.Lock()
 	router, handlers := m.router, m.handlers
@@ -327,8 +330,8 @@ func (m *Manager) run(ctx context.Context) {
 	if setUp && m.holdInstance(ctx) {
 		close(m.ready)
 		// Nothing is announced before every handler of the router has subscribed. On a
-		// GoChannel a destination without a subscriber yet drops what is forwarded to it,
-		// and a Subscribe waits for the publishes in flight, among them an announcement
+		// GoChannel a destination without a subscriber yet drops what is forwarded to it.
+		// And a Subscribe waits for the publishes in flight. Among them may be an announcement
 		// waiting for the dispatch satellite, whose forwards wait for that Subscribe.
 		select {
 		case <-router.Running():
@@ -336,8 +339,8 @@ func (m *Manager) run(ctx context.Context) {
 		}
 		m.poller.run(ctx)
 	}
-	// Router.Close returns once the router's handlers have finished (a second call waits for
-	// the first), so the dispatch satellite has settled all it will.
+	// Router.Close returns once the router's handlers have finished. A second call waits for
+	// the first. So the dispatch satellite has settled all it will.
 	if err := router.Close(); err != nil {
 		m.logger.Error("Waiting for the router's handlers at the stop failed", err, nil)
 	}
@@ -346,9 +349,9 @@ func (m *Manager) run(ctx context.Context) {
 	m.letInstanceGo()
 }
 
-// watch begins the stop when a satellite's handler stops without the router closing: its
+// watch begins the stop when a satellite's handler stops without the router closing. Its
 // subscription ended, as when the Pub/Sub closes under the router. The manager cannot go on
-// without it, and its stop closes the router. It returns when ctx ends.
+// without it. Its stop closes the router. It returns when ctx ends.
 func (m *Manager) watch(ctx context.Context, router *message.Router, handlers []*message.Handler) {
 	// A handler's Stopped channel is set once the router runs all its handlers.
 	select {
@@ -374,9 +377,9 @@ func (m *Manager) onStop() {
 	close(m.signal)
 }
 
-// setupInfrastructure creates the store's tables, retrying under the fetch breaker while the
+// setupInfrastructure creates the store's tables. It retries under the fetch breaker while the
 // store is unreachable, so an endpoint may start before its database. It reports whether the
-// store is set up; false means ctx ended first.
+// store is set up. False means ctx ended first.
 func (m *Manager) setupInfrastructure(ctx context.Context) bool {
 	installer, ok := m.cfg.Store.(persistence.Installer)
 	if !ok {
@@ -400,9 +403,9 @@ func (m *Manager) setupInfrastructure(ctx context.Context) bool {
 }
 
 // measureClock measures the offset to the store's clock (persistence.Clocked) before the
-// satellites handle anything, retrying under the fetch breaker while the store is unreachable,
-// so that their first due times are judged on the store's clock. It reports whether it did;
-// false means ctx ended first.
+// satellites handle anything. It retries under the fetch breaker while the store is
+// unreachable. So their first due times are judged on the store's clock. It reports whether it
+// did. False means ctx ended first.
 func (m *Manager) measureClock(ctx context.Context) bool {
 	for ctx.Err() == nil {
 		if m.poller.measure(ctx) {
@@ -413,7 +416,7 @@ func (m *Manager) measureClock(ctx context.Context) bool {
 	return false
 }
 
-// raise handles a critical error: it is recorded for Err, then handed to OnCriticalError or the
+// raise handles a critical error. It is recorded for Err, then handed to OnCriticalError or the
 // default action.
 func (m *Manager) raise(e *critical.Error) {
 	m.mu.Lock()

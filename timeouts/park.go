@@ -9,12 +9,13 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-// Unpark replays parked timeouts: those among ids that are parked (see persistence.Parker)
-// become pending again, due at their due time (at once, when it is past) with no failed attempt
-// counted, and it returns how many it unparked. Ids not stored, or not parked, are ignored. A
-// timeout parked because its message is larger than the broker takes parks again at its next
-// attempt: fix the cause first, or delete it (DeleteParked). List with persistence.ListOptions{Parked: true}
-// finds the parked ones, with their reason in Timeout.Parked.
+// Unpark replays parked timeouts. Those among ids that are parked (see persistence.Parker)
+// become pending again, with no failed attempt counted. They are due at their due time (at
+// once, when it is past). It returns how many it unparked. Ids not stored, or not parked, are
+// ignored. A timeout parked because its message is larger than the broker takes parks again at
+// its next attempt. Fix the cause first, or delete it (DeleteParked). List with
+// persistence.ListOptions{Parked: true} finds the parked ones, with their reason in
+// Timeout.Parked.
 //
 // It returns an error wrapping persistence.ErrUnsupported when the store does not implement
 // persistence.Parker.
@@ -27,9 +28,10 @@ func (m *Manager) Unpark(ctx context.Context, ids ...string) (int, error) {
 	return n, err
 }
 
-// DeleteParked deletes parked timeouts: those among ids that are parked, and returns how many it
-// deleted. Ids not stored, or not parked, are ignored; a timeout replayed (Unpark) at the same
-// moment is either deleted while still parked or kept and delivered, never deleted once pending.
+// DeleteParked deletes parked timeouts: those among ids that are parked. It returns how many it
+// deleted. Ids not stored, or not parked, are ignored. A timeout replayed (Unpark) at the same
+// moment is either deleted while still parked or kept and delivered. It is never deleted once
+// pending.
 //
 // It returns an error wrapping persistence.ErrUnsupported when the store does not implement
 // persistence.Parker.
@@ -41,7 +43,7 @@ func (m *Manager) DeleteParked(ctx context.Context, ids ...string) (int, error) 
 	return n, err
 }
 
-// onParkedIDs checks ids and runs call, one of the store's persistence.Parker calls, on them;
+// onParkedIDs checks ids and runs call, one of the store's persistence.Parker calls, on them.
 // doing says what call does, for its error.
 func (m *Manager) onParkedIDs(ctx context.Context, ids []string, doing string, call func(context.Context, persistence.Parker) (int, error)) (int, error) {
 	parker, ok := m.cfg.Store.(persistence.Parker)

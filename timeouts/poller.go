@@ -16,19 +16,19 @@ import (
 )
 
 // poller claims due timeouts and announces their ids on the dispatcher queue. It claims
-// everything due and not leased rather than keeping a watermark, so a timeout committed late is
-// never missed (NServiceBus#3500); it claims again at once after a full batch, while that batch
-// is still being announced, so backlogs drain at full speed; otherwise it sleeps until the next
-// due time or PollInterval, whichever is sooner, and wake wakes it early for a newly stored,
-// earlier timeout. It wakes a little before that time and claims what is due at it, so that the
-// claim is done when the time comes, and announces those ids a lead before it, saying when they
-// are due (dispatcherqueue.HeaderDispatchAt): the dispatch satellite holds the announcement until then and
-// reads the store at the due time, so the announcement's trip is off the path from due to
-// delivery, and nothing is delivered early.
+// everything due and not leased. It keeps no watermark, so a timeout committed late is never
+// missed (NServiceBus#3500). After a full batch it claims again at once, while that batch is
+// still being announced. So backlogs drain at full speed. Otherwise it sleeps until the next due
+// time or PollInterval, whichever is sooner. wake wakes it early for a newly stored, earlier
+// timeout. It wakes a little before that time and claims what is due at it. So the claim is done
+// when the time comes. It announces those ids a lead before the due time. The announcement says
+// when they are due (dispatcherqueue.HeaderDispatchAt). The dispatch satellite holds it until
+// then and reads the store at the due time. So the announcement's trip is off the path from due
+// to delivery. Nothing is delivered early.
 //
-// Every time the poller reads is on the store's clock (clock): it measures its offset once per
-// poll, before the claim when the last measurement is older than freshClock, after it otherwise,
-// so that the measurement is off the path from due to delivery while the poller is busy.
+// Every time the poller reads is on the store's clock (clock). It measures its offset once per
+// poll. That is before the claim when the last measurement is older than freshClock, after it
+// otherwise. So the measurement is off the path from due to delivery while the poller is busy.
 type poller struct {
 	store      persistence.Store
 	clock      *storeclock.Clock
@@ -47,48 +47,48 @@ type poller struct {
 	lead time.Duration
 
 	wakeCh chan struct{}
-	// slots holds a token per batch claimed and not yet announced; claiming waits for a free one,
-	// so the poller claims the next batch while the previous one is being announced, and never
+	// slots holds a token per batch claimed and not yet announced. Claiming waits for a free one.
+	// So the poller claims the next batch while the previous one is being announced. It is never
 	// more than maxAnnouncing batches ahead of the dispatcher queue.
 	slots      chan struct{}
 	announcing sync.WaitGroup
-	// plannedWake is when the sleeping poller will look again, in Unix nanoseconds; 0 while it is
-	// working, when any store must wake it, because the Next it read may predate that store.
+	// plannedWake is when the sleeping poller will look again, in Unix nanoseconds. It is 0 while
+	// the poller is working. Then any store must wake it: the Next it read may predate that store.
 	plannedWake atomic.Int64
-	// orphans is set when a claim failed: the database may have committed it and the answer been
-	// lost on the way (a network that drops packets, a call past its deadline), leaving ids
+	// orphans is set when a claim failed. The database may have committed it and the answer been
+	// lost on the way (a network that drops packets, a call past its deadline). Then ids are
 	// claimed that no one announces. Before its next claim the poller gives back what its
-	// instance holds (persistence.Claimer), so they come due again at once, not a lease later.
+	// instance holds (persistence.Claimer). So they come due again at once, not a lease later.
 	// Only the poller's goroutine reads and writes it.
 	orphans bool
 }
 
 // maxAnnouncing bounds the claimed batches being announced at once. Two let the next claim run
-// while the broker confirms the previous announcement, which a backlog's drain waited for in
-// turns; more would only hold more ids leased in memory.
+// while the broker confirms the previous announcement. With one, a backlog's drain waited for
+// each confirmation in turn. More would only hold more ids leased in memory.
 const maxAnnouncing = 2
 
-// claimAhead is how long before the ids' announcement the poller claims them: about a claim's
-// round trip on a busy store (SQLite's single writer, a loaded machine; make bench's precision
-// rows measured it), so that the claim is off the path from due to delivery.
+// claimAhead is how long before the ids' announcement the poller claims them. It is about a
+// claim's round trip on a busy store (SQLite's single writer, a loaded machine). make bench's
+// precision rows measured it. So the claim is off the path from due to delivery.
 const claimAhead = 20 * time.Millisecond
 
-// announceLead is how long before their due time the poller announces claimed ids on a broker:
-// about the trip of an announcement through a loaded broker to a dispatch satellite (make bench's
-// precision rows measured it). The dispatch satellite holds the announcement until the due time
-// it carries and only then reads the timeouts, so announcing ahead changes when a timeout is
-// claimed and announced, never when it is delivered; a Cancel until the due time still wins. On
-// an in-process GoChannel the trip is negligible and a Publish waits until the announcement is
-// handled, so a held one would hold up the next: there the lead is 0.
+// announceLead is how long before their due time the poller announces claimed ids on a broker.
+// It is about the trip of an announcement through a loaded broker to a dispatch satellite.
+// make bench's precision rows measured it. The dispatch satellite holds the announcement until
+// the due time it carries. Only then does it read the timeouts. So announcing ahead changes when
+// a timeout is claimed and announced, never when it is delivered. A Cancel until the due time
+// still wins. On an in-process GoChannel the trip is negligible. There a Publish waits until the
+// announcement is handled, so a held one would hold up the next. So there the lead is 0.
 const announceLead = 30 * time.Millisecond
 
-// freshClock is how old a measurement of the store's clock may be for a claim to use it: one
-// older is measured again before the claim. The store's time is carried forward on the monotonic
-// clock, so an older one is not wrong, only wider by the drift it allows for.
+// freshClock is how old a measurement of the store's clock may be for a claim to use it. An
+// older one is measured again before the claim. The store's time is carried forward on the
+// monotonic clock. So an older one is not wrong, only wider by the drift it allows for.
 const freshClock = time.Second
 
-// ahead is how long before a due time the poller claims: claimAhead before the announcement, at
-// most an eighth of the lease, which covers it.
+// ahead is how long before a due time the poller claims. It is claimAhead before the
+// announcement. It is at most an eighth of the lease, which covers it.
 func (p *poller) ahead() time.Duration { return min(claimAhead+p.lead, p.lease/8) }
 
 // announceAhead is how long before a due time the poller announces.
@@ -124,9 +124,9 @@ func (p *poller) run(ctx context.Context) {
 	}
 }
 
-// poll claims one batch due at at (now if that is past or zero) and starts announcing it at
+// poll claims one batch due at at (now if that is past or zero). It starts announcing it at
 // that time. It returns when to look again, or ok == false to look again at once. idle says
-// that nothing is due before next: it is PollInterval from now.
+// that nothing is due before next. Then next is PollInterval from now.
 func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, idle, ok bool) {
 	select {
 	case p.slots <- struct{}{}:
@@ -153,7 +153,7 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, idle, 
 	if at.After(now) {
 		now, dueBy = at, at
 	}
-	// A claim that started finishes, and is announced, even when ctx ends meanwhile: cut short
+	// A claim that started finishes, and is announced, even when ctx ends meanwhile. Cut short
 	// after the database committed it, its ids would wait for their lease.
 	claimCtx, end := p.fetch.Call(context.WithoutCancel(ctx))
 	ids, err := p.claim(claimCtx, now)
@@ -225,10 +225,11 @@ func (p *poller) measure(ctx context.Context) bool {
 	return true
 }
 
-// releaseOrphans gives back the claims of the poller's instance after a claim that failed, and
-// reports whether it did: ids a lost answer left claimed, and those the poller is announcing,
-// which are claimed and announced again (a duplicate announcement, which the dispatch satellite
-// finds handled, or at worst a duplicate delivery, never a loss and never early).
+// releaseOrphans gives back the claims of the poller's instance after a claim that failed. It
+// reports whether it did. It gives back the ids a lost answer left claimed. It also gives back
+// those the poller is announcing. These are claimed and announced again. That is a duplicate
+// announcement, which the dispatch satellite finds handled. At worst it is a duplicate delivery.
+// It is never a loss and never early.
 func (p *poller) releaseOrphans(ctx context.Context) bool {
 	callCtx, end := p.fetch.Call(context.WithoutCancel(ctx))
 	n, err := p.store.(persistence.Claimer).ReleaseClaimsOf(callCtx, p.claimAs)
@@ -257,11 +258,12 @@ func (p *poller) claim(ctx context.Context, now time.Time) ([]string, error) {
 }
 
 // sleepUntil sleeps until ahead before at, or until woken. It returns at when the poller is to
-// claim what is due at at, ahead of it; zero when it was woken (claim what is due now).
+// claim what is due at at, ahead of it. It returns zero when it was woken (claim what is due now).
 //
-// An idle poller sleeps until at itself and then claims what is due now (it returns zero). Nothing is due at at,
-// so there is nothing to claim ahead. Claiming ahead of it would also never sleep when
-// PollInterval is shorter than ahead: each look would plan the next one already in reach.
+// An idle poller sleeps until at itself and then claims what is due now (it returns zero).
+// Nothing is due at at, so there is nothing to claim ahead. Claiming ahead of it would also never
+// sleep when PollInterval is shorter than ahead. Each look would plan the next one already in
+// reach.
 func (p *poller) sleepUntil(ctx context.Context, at time.Time, idle bool) time.Time {
 	p.setPlanned(at)
 	ahead := p.ahead()
@@ -286,10 +288,10 @@ func (p *poller) sleepUntil(ctx context.Context, at time.Time, idle bool) time.T
 }
 
 // awaitAnnouncing holds the slot of a claimed batch until at, the time to announce ids claimed
-// ahead (at once for ids claimed when due), and returns true holding it. Waiting is not
-// announcing: the slot is free meanwhile, so that the next due times of a steady stream are
-// claimed ahead too rather than one batch per slot in turn. It returns false, without the slot,
-// when ctx ends first: the stop came before that.
+// ahead. Ids claimed when due go at once. It returns true holding the slot. Waiting is not
+// announcing: the slot is free meanwhile. So the next due times of a steady stream are claimed
+// ahead too, not one batch per slot in turn. It returns false, without the slot, when ctx ends
+// first. The stop came before that.
 func (p *poller) awaitAnnouncing(ctx context.Context, at time.Time) bool {
 	d := at.Sub(p.clock.Now())
 	if d <= 0 {
@@ -322,11 +324,12 @@ func (p *poller) setPlanned(at time.Time) {
 	p.plannedWake.Store(at.UnixNano())
 }
 
-// announceClaimed announces a batch claimed at claimedAt, due by dueBy (zero: due already). The ids of failed publishes are
-// published again at the dispatch breaker's pace (a broker restart should cost its own length,
-// not a lease), for half the lease: after that another poller may claim them soon, so they are
-// left to it. An announcement that gets through disarms the dispatch breaker the failures armed.
-// Ids whose announcement the stop cut short are given back to the store at once.
+// announceClaimed announces a batch claimed at claimedAt, due by dueBy (zero: due already). The
+// ids of failed publishes are published again at the dispatch breaker's pace. A broker restart
+// should cost its own length, not a lease. This goes on for half the lease. After that another
+// poller may claim them soon, so they are left to it. An announcement that gets through disarms
+// the dispatch breaker the failures armed. Ids whose announcement the stop cut short are given
+// back to the store at once.
 func (p *poller) announceClaimed(ctx context.Context, ids []string, claimedAt, dueBy time.Time) {
 	giveUp := claimedAt.Add(p.lease / 2)
 	for {
@@ -354,8 +357,8 @@ func (p *poller) announceClaimed(ctx context.Context, ids []string, claimedAt, d
 	}
 }
 
-// announce publishes claimed ids to the dispatcher queue, as a call of the dispatch breaker (its
-// deadline bounds it). It finishes even when ctx is cancelled by a shutdown: ids claimed but not
+// announce publishes claimed ids to the dispatcher queue, as a call of the dispatch breaker. Its
+// deadline bounds it. It finishes even when ctx is cancelled by a shutdown. Ids claimed but not
 // announced would wait for their lease to run out.
 func (p *poller) announce(ctx context.Context, ids []string, dueBy time.Time) error {
 	ctx, end := p.dispatch.Call(context.WithoutCancel(ctx))

@@ -12,10 +12,10 @@ import (
 	"github.com/timeoutmill/timeoutmill/wire"
 )
 
-// Publisher decorates a message.Publisher: a message marked for delay (DeliverAt, DeliverAfter,
-// or Watermill's delay.Message) that is not yet due goes to the endpoint's Timeouts queue with
-// the wire.HeaderExpire and wire.HeaderDestination headers; any other message, and one already
-// due, goes straight to its topic. The caller's messages are not modified.
+// Publisher decorates a message.Publisher. A message marked for delay (DeliverAt, DeliverAfter,
+// or Watermill's delay.Message) that is not yet due goes to the endpoint's Timeouts queue. It
+// carries the wire.HeaderExpire and wire.HeaderDestination headers. Any other message, and one
+// already due, goes straight to its topic. The caller's messages are not modified.
 type Publisher struct {
 	next     message.Publisher
 	timeouts string
@@ -26,8 +26,8 @@ type Publisher struct {
 var _ message.Publisher = (*Publisher)(nil)
 
 // NewPublisher returns a Publisher that routes delayed messages through endpoint's Timeouts
-// queue. The endpoint need not be in this process: any process running its satellites (a Manager
-// or the timeoutmill command) delivers them.
+// queue. The endpoint need not be in this process. Any process running its satellites (a
+// Manager or the timeoutmill command) delivers them.
 func NewPublisher(next message.Publisher, endpoint string) (*Publisher, error) {
 	if next == nil {
 		return nil, fmt.Errorf("%w: NewPublisher needs a publisher to decorate", ErrInvalidConfig)
@@ -39,8 +39,8 @@ func NewPublisher(next message.Publisher, endpoint string) (*Publisher, error) {
 }
 
 // ErrUnconfirmed is returned by Publisher.Publish when delayed messages went to an in-process
-// GoChannel that closed before its subscriber confirmed them: they may not have been stored.
-// Publishing them again with the same UUIDs once the endpoint runs is safe: a timeout is stored
+// GoChannel that closed before its subscriber confirmed them. They may not have been stored.
+// Publishing them again with the same UUIDs once the endpoint runs is safe. A timeout is stored
 // once per UUID.
 var ErrUnconfirmed = errors.New("timeouts: the in-process Pub/Sub closed before the delayed messages were confirmed stored")
 
@@ -53,7 +53,7 @@ func PublisherDecorator(endpoint string) message.PublisherDecorator {
 }
 
 // Publish publishes messages to topic, routing the delayed ones through the Timeouts queue. A
-// message whose delay header cannot be read is an error; nothing is published then.
+// message whose delay header cannot be read is an error. Nothing is published then.
 func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 	now, reached := p.now(), p.reached()
 	var direct, delayed []*message.Message

@@ -25,9 +25,10 @@ var ErrNotReady = errors.New("timeouts: the manager is not ready")
 const maxListLimit = 10_000
 
 // WithKey marks a delayed message with a deduplication key (at most 250 bytes; "order-42/payment",
-// say): while a pending timeout holds the key, the message replaces it (persistence.KeyReplace:
-// the last one wins, a debounce) or is dropped (persistence.KeyKeep: the first one wins). It works through Manager.Schedule and ScheduleTx and through the Timeouts queue
-// (Publisher); a message already due when published is delivered at once and deduplicates
+// say). While a pending timeout holds the key, the message replaces it or is dropped. With
+// persistence.KeyReplace the last one wins (a debounce). With persistence.KeyKeep the first one
+// wins. It works through Manager.Schedule and ScheduleTx and through the Timeouts queue
+// (Publisher). A message already due when published is delivered at once and deduplicates
 // nothing.
 func WithKey(msg *message.Message, key string, policy persistence.KeyPolicy) {
 	msg.Metadata.Set(wire.HeaderKey, key)
@@ -39,17 +40,17 @@ func WithKey(msg *message.Message, key string, policy persistence.KeyPolicy) {
 	}
 }
 
-// Schedule stores msg as a timeout to be delivered to topic when due (DeliverAt, DeliverAfter;
-// a message without a due time is due now), and returns once it is durable: a Cancel,
-// Reschedule or Get called after it sees the timeout, on every store. The timeout's id is the
-// message's UUID. A message marked WithKey is deduplicated against the pending timeout holding
-// its key; the result says what was done. Scheduling a UUID that is stored already changes
-// nothing (persistence.Existed).
+// Schedule stores msg as a timeout to be delivered to topic when due (DeliverAt, DeliverAfter).
+// A message without a due time is due now. Schedule returns once the timeout is durable. A
+// Cancel, Reschedule or Get called after it sees the timeout, on every store. The timeout's id
+// is the message's UUID. A message marked WithKey is deduplicated against the pending timeout
+// holding its key. The result says what was done. Scheduling a UUID that is stored already
+// changes nothing (persistence.Existed).
 //
 // Schedule is the way to delay a message from the process that runs the manager. Producers in
 // other processes, and in other languages, publish to the Timeouts queue instead (Publisher,
-// NewPublisher, or the wire contract): such a message is stored when the manager handles it, so a
-// Cancel that follows its Publish may find nothing yet.
+// NewPublisher, or the wire contract). Such a message is stored when the manager handles it. So
+// a Cancel that follows its Publish may find nothing yet.
 //
 // Schedule waits for the manager to be Ready (its store set up by the router's start).
 func (m *Manager) Schedule(ctx context.Context, topic string, msg *message.Message) (persistence.Scheduled, error) {
@@ -70,14 +71,14 @@ func (m *Manager) Schedule(ctx context.Context, topic string, msg *message.Messa
 }
 
 // ScheduleTx is Schedule inside the caller's transaction tx, on a database the store keeps its
-// table in: the timeout exists if and only if tx commits, so a business change and its timeout
+// table in. The timeout exists if and only if tx commits. So a business change and its timeout
 // commit together or not at all (a transactional outbox for timeouts). It needs a store that
-// implements persistence.TxScheduler (PostgreSQL, MySQL/MariaDB, SQLite, SQL Server), and returns
-// persistence.ErrUnsupported otherwise.
+// implements persistence.TxScheduler (PostgreSQL, MySQL/MariaDB, SQLite, SQL Server). It
+// returns persistence.ErrUnsupported otherwise.
 //
-// Call it once the manager is Ready (its store's tables exist): it does not wait, since a
-// transaction the caller holds could keep the store from being set up; before, it returns
-// ErrNotReady. The poller finds the timeout at its due time once tx has committed; one due
+// Call it once the manager is Ready (its store's tables exist). It does not wait, since a
+// transaction the caller holds could keep the store from being set up. Before Ready it returns
+// ErrNotReady. The poller finds the timeout at its due time once tx has committed. One due
 // before the commit is found at the commit's next poll (Config.PollInterval at the latest).
 func (m *Manager) ScheduleTx(ctx context.Context, tx *sql.Tx, topic string, msg *message.Message) (persistence.Scheduled, error) {
 	if tx == nil {
@@ -174,8 +175,8 @@ func timeoutOf(topic string, msg *message.Message, now time.Time) (persistence.T
 	return t, policy, t.Validate()
 }
 
-// bounded is ctx bounded by Config.CallTimeout when it has no deadline of its own: a steering
-// call on a store that stopped answering fails rather than hangs.
+// bounded is ctx bounded by Config.CallTimeout when it has no deadline of its own. So a
+// steering call on a store that stopped answering fails rather than hangs.
 func (m *Manager) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok {
 		return context.WithCancel(ctx)
@@ -200,8 +201,8 @@ func (m *Manager) waitReady(ctx context.Context) error {
 	}
 }
 
-// wakeAt wakes the poller now and, for a timeout due before its next regular look, at due: a
-// timeout scheduled in a transaction is invisible to a look made before the commit.
+// wakeAt wakes the poller now. For a timeout due before its next regular look, it wakes it at
+// due too. A timeout scheduled in a transaction is invisible to a look made before the commit.
 func (m *Manager) wakeAt(due time.Time) {
 	m.poller.wake(due)
 	if wait := due.Sub(m.clock.Now()); wait < m.cfg.PollInterval {
@@ -211,9 +212,9 @@ func (m *Manager) wakeAt(due time.Time) {
 
 // Reschedule moves the due time of a pending timeout to at, keeping its id, message, owner and
 // key. A time in the past means now. It returns false, never an error, when the timeout is not
-// pending: delivered, cancelled, never stored, or being delivered right now (claimed by the
-// poller, so delivered at its old due time). A timeout is never delivered twice because of a
-// Reschedule, nor before the due time it was given last.
+// pending. That is one delivered, cancelled, never stored, or being delivered right now. One
+// claimed by the poller is delivered at its old due time. A timeout is never delivered twice
+// because of a Reschedule, nor before the due time it was given last.
 func (m *Manager) Reschedule(ctx context.Context, id string, at time.Time) (bool, error) {
 	if err := checkID(id); err != nil {
 		return false, err
@@ -247,9 +248,9 @@ func (m *Manager) Reschedule(ctx context.Context, id string, at time.Time) (bool
 	return ok, nil
 }
 
-// Get returns the stored timeout with that id, its message whole, or an error wrapping
-// persistence.ErrNotFound when none is stored (delivered, cancelled, or never scheduled). A
-// parked timeout has its reason in Parked (see Unpark).
+// Get returns the stored timeout with that id, its message whole. When none is stored
+// (delivered, cancelled, or never scheduled), it returns an error wrapping
+// persistence.ErrNotFound. A parked timeout has its reason in Parked (see Unpark).
 func (m *Manager) Get(ctx context.Context, id string) (persistence.Timeout, error) {
 	if err := checkID(id); err != nil {
 		return persistence.Timeout{}, err
@@ -263,9 +264,10 @@ func (m *Manager) Get(ctx context.Context, id string) (persistence.Timeout, erro
 	return t, nil
 }
 
-// List returns a page of the stored timeouts, earliest due first, without their payloads: those
-// matching the filters of opts, after opts.After (pass the last timeout of the previous page as
-// persistence.Position{Due: t.Due, ID: t.ID}). Paging so is stable while timeouts come and go.
+// List returns a page of the stored timeouts, earliest due first, without their payloads. It
+// lists those matching the filters of opts, after opts.After. Pass the last timeout of the
+// previous page as persistence.Position{Due: t.Due, ID: t.ID}. Paging so is stable while
+// timeouts come and go.
 // opts.Limit defaults to 100 and may be at most 10,000. opts.Parked lists only the parked
 // timeouts (see Unpark), each with its reason in Parked.
 func (m *Manager) List(ctx context.Context, opts persistence.ListOptions) ([]persistence.Timeout, error) {
@@ -287,8 +289,9 @@ func (m *Manager) List(ctx context.Context, opts persistence.ListOptions) ([]per
 	return list, nil
 }
 
-// Stats counts the stored timeouts now: pending, due now, claimed, parked, by destination, and the
-// earliest and latest due times. It reads the whole table: call it for people, not in a loop.
+// Stats counts the stored timeouts now: pending, due now, claimed, parked, by destination, and
+// the earliest and latest due times. It reads the whole table. Call it for people, not in a
+// loop.
 func (m *Manager) Stats(ctx context.Context) (persistence.Stats, error) {
 	ins, err := m.inspector()
 	if err != nil {

@@ -15,22 +15,23 @@ import (
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
-// lifecycle is what a manager's stop changes: which failures are the stop's doing rather than
-// the store's or the broker's, and what the manager gives back to the store when it ends.
+// lifecycle is what a manager's stop changes. It tells which failures are the stop's doing
+// rather than the store's or the broker's. It also says what the manager gives back to the store
+// when it ends.
 //
 // The stop begins when the service's stop begins (see routerSignal): the router starts closing,
 // or its context is cancelled. A GoChannel that closed counts as a stop too (stopping). From
-// then on the poller claims nothing more, the breakers are stopped for good, and a forward or
-// announcement that fails is not counted against the timeout: it is left in the store, and
+// then on the poller claims nothing more, and the breakers are stopped for good. A forward or
+// announcement that fails is not counted against the timeout. It is left in the store. It is
 // given back (Release) at once where it would otherwise wait for its lease.
 type lifecycle struct {
 	store  persistence.Store
 	logger watermill.LoggerAdapter
 	svc    *service
 	// goChannel is the Publisher when it is Watermill's in-process GoChannel. Its messages live
-	// only as long as the process: an announcement or forward on it that a stop cuts short
-	// may be discarded without an error, so the manager keeps track of every id it claimed
-	// until its dispatch satellite has settled it, and gives back the others when it stops.
+	// only as long as the process. An announcement or forward on it that a stop cuts short
+	// may be discarded without an error. So the manager keeps track of every id it claimed
+	// until its dispatch satellite has settled it. It gives back the others when it stops.
 	goChannel *gochannel.GoChannel
 	now       func() time.Time // the store's time, which claims' leases are on
 
@@ -55,12 +56,12 @@ var errGoChannelAcks = errors.New("Publisher is a GoChannel without BlockPublish
 	"gochannel.Config{BlockPublishUntilSubscriberAck: true}")
 
 // checkGoChannel refuses a GoChannel publisher whose Publish does not wait for the subscribers'
-// acks: only with it does a forward that returned mean a subscriber has the message.
+// acks. Only with that wait does a forward that returned mean a subscriber has the message.
 //
-// GoChannel keeps its Config unexported and has no method that tells; reading the field is all
-// reflection allows. A behavioural check would need a Subscribe, which waits for the publishes in
-// flight: on a GoChannel already busy, one that waits for a handler that publishes, it would hang
-// NewManager and the handler. A renamed field refuses every GoChannel, loudly.
+// GoChannel keeps its Config unexported and has no method that tells. Reading the field is all
+// reflection allows. A behavioural check would need a Subscribe, which waits for the publishes
+// in flight. A GoChannel may be busy already, waiting for a handler that publishes. There it
+// would hang NewManager and the handler. A renamed field refuses every GoChannel, loudly.
 func checkGoChannel(p message.Publisher) error {
 	g, ok := p.(*gochannel.GoChannel)
 	if !ok {
@@ -82,11 +83,11 @@ func (l *lifecycle) stopping() bool {
 }
 
 // goChannelClosed reports whether g is closed. GoChannel tells it only through Publish and
-// Subscribe, which refuse to work once it is closed; a Publish of no messages publishes nothing.
+// Subscribe, which refuse to work once it is closed. A Publish of no messages publishes nothing.
 //
-// It must be read, not watched: a GoChannel that closes makes the Publish calls in flight
+// It must be read, not watched. A GoChannel that closes makes the Publish calls in flight
 // return nil, and the forward's caller asks right after. Its own goroutines, which close its
-// subscriptions, may not have run yet; a Close by another handler of the router may not have
+// subscriptions, may not have run yet. A Close by another handler of the router may not have
 // reached the manager's lifecycle handler yet either.
 func goChannelClosed(g *gochannel.GoChannel) bool { return g.Publish(closedProbeTopic) != nil }
 
@@ -94,7 +95,7 @@ func goChannelClosed(g *gochannel.GoChannel) bool { return g.Publish(closedProbe
 const closedProbeTopic = "timeoutmill.closed-probe"
 
 // interrupted reports whether a forward or announcement that returned without an error may still
-// not have reached its subscriber: on a GoChannel, once the stop has begun.
+// not have reached its subscriber. That is on a GoChannel, once the stop has begun.
 func (l *lifecycle) interrupted() bool { return l.goChannel != nil && l.stopping() }
 
 // claimed records ids claimed until until, on a GoChannel.
@@ -109,7 +110,7 @@ func (l *lifecycle) claimed(ids []string, until time.Time) {
 		l.claims[id] = until
 	}
 	// An id whose announcement was lost without an error is claimed again by a poller when its
-	// lease ends; forget it then, so the map holds at most a lease's worth of such ids.
+	// lease ends. Forget it then, so the map holds at most a lease's worth of such ids.
 	if now.Sub(l.pruned) > time.Minute {
 		l.pruned = now
 		for id, end := range l.claims {
@@ -120,8 +121,8 @@ func (l *lifecycle) claimed(ids []string, until time.Time) {
 	}
 }
 
-// settled records that the dispatch satellite is done with ids: delivered and removed, gone
-// already, or moved to the error queue.
+// settled records that the dispatch satellite is done with ids. They were delivered and
+// removed, gone already, or moved to the error queue.
 func (l *lifecycle) settled(ids ...string) {
 	if l.claims == nil {
 		return
@@ -152,9 +153,9 @@ func (l *lifecycle) unsettled() []string {
 // releaseTimeout bounds giving claimed timeouts back at the stop.
 const releaseTimeout = 30 * time.Second
 
-// release gives claimed ids back to the store, so that the next poller claims them at once
-// rather than when their lease runs out. A store that cannot (not a persistence.Releaser) keeps
-// them until then.
+// release gives claimed ids back to the store. So the next poller claims them at once, not
+// when their lease runs out. A store that cannot (not a persistence.Releaser) keeps them until
+// then.
 func (l *lifecycle) release(ids []string, why string) {
 	if len(ids) == 0 {
 		return

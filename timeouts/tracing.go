@@ -20,8 +20,8 @@ import (
 const tracerName = "github.com/timeoutmill/timeoutmill/timeouts"
 
 // traceContext carries a message's trace in its headers as W3C Trace Context (traceparent,
-// tracestate): the headers travel through the Timeouts queue, the store and the delivery
-// unchanged, so that a consumer's span continues the producer's trace.
+// tracestate). The headers travel through the Timeouts queue, the store and the delivery
+// unchanged. So a consumer's span continues the producer's trace.
 var traceContext = propagation.TraceContext{}
 
 // injectTrace writes the trace of ctx into md, unless md carries one already or ctx has none.
@@ -35,9 +35,9 @@ func injectTrace(ctx context.Context, md map[string]string) {
 	traceContext.Inject(ctx, propagation.MapCarrier(md))
 }
 
-// tracing makes the manager's spans: one for each timeout stored (Schedule, or a message handled
-// on the Timeouts queue) and one for each timeout delivered, each linked to the trace of the
-// message that scheduled it.
+// tracing makes the manager's spans. There is one for each timeout stored (Schedule, or a
+// message handled on the Timeouts queue) and one for each timeout delivered. Each is linked to
+// the trace of the message that scheduled it.
 type tracing struct {
 	tracer  trace.Tracer
 	enabled bool
@@ -102,7 +102,7 @@ func (tr tracing) scheduled(ctx context.Context, t persistence.Timeout, outcome 
 }
 
 // dispatched records a timeout delivered at at, linked to the trace of the message that
-// scheduled it. The span starts at the due time, so that its length is the delivery's lateness.
+// scheduled it. The span starts at the due time. So its length is the delivery's lateness.
 func (tr tracing) dispatched(t persistence.Timeout, at time.Time) {
 	if !tr.enabled {
 		return
