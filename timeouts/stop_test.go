@@ -84,19 +84,21 @@ func TestGoChannelThatDoesNotWaitForAcksIsRefused(t *testing.T) {
 
 func TestDelayedPublishCutShortByAClosingGoChannelIsAnError(t *testing.T) {
 	t.Parallel()
-	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
-	_, err := pubSub.Subscribe(context.Background(), wire.TimeoutsQueue(endpoint)) // never acks
-	require.NoError(t, err)
-	pub, err := timeouts.NewPublisher(pubSub, endpoint)
-	require.NoError(t, err)
+	synctest.Test(t, func(t *testing.T) {
+		pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+		_, err := pubSub.Subscribe(context.Background(), wire.TimeoutsQueue(endpoint)) // never acks
+		require.NoError(t, err)
+		pub, err := timeouts.NewPublisher(pubSub, endpoint)
+		require.NoError(t, err)
 
-	msg := message.NewMessage(watermill.NewUUID(), nil)
-	timeouts.DeliverAfter(msg, time.Minute)
-	published := make(chan error, 1)
-	go func() { published <- pub.Publish("dest", msg) }()
-	time.Sleep(100 * time.Millisecond) // waiting for the ack
-	require.NoError(t, pubSub.Close())
-	require.ErrorIs(t, <-published, timeouts.ErrUnconfirmed, "not a silent success")
+		msg := message.NewMessage(watermill.NewUUID(), nil)
+		timeouts.DeliverAfter(msg, time.Minute)
+		published := make(chan error, 1)
+		go func() { published <- pub.Publish("dest", msg) }()
+		synctest.Wait() // the Publish waits for the ack
+		require.NoError(t, pubSub.Close())
+		require.ErrorIs(t, <-published, timeouts.ErrUnconfirmed, "not a silent success")
+	})
 }
 
 func TestTheDocumentedMinimalConfigValidates(t *testing.T) {
