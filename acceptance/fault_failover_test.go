@@ -91,10 +91,10 @@ func (p *pgPair) killPrimary(t *testing.T) time.Time {
 	postmaster, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
 	require.NoError(t, err)
 	pids := append([]int{postmaster}, childrenOf(postmaster)...)
-	at := time.Now()
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGSTOP)
 	}
+	at := time.Now() // every process stopped: nothing commits or answers from here on
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
@@ -141,11 +141,14 @@ type acked struct {
 	// resent are the ids sent again after an attempt failed without saying whether it went
 	// through: a producer's resend may store a timeout again after its first copy was delivered.
 	resent map[string]bool
-	queued map[string]bool // published to the Timeouts queue (not Schedule or ScheduleTx)
+	// queued are the ids published to the Timeouts queue (not Schedule or ScheduleTx), with
+	// when their first attempt began: one acknowledged without an error was in the queue from
+	// that attempt on, which may be before the kill though the producer heard of it after.
+	queued map[string]time.Time
 }
 
 func newAcked() *acked {
-	return &acked{due: map[string]time.Time{}, at: map[string]time.Time{}, resent: map[string]bool{}, queued: map[string]bool{}}
+	return &acked{due: map[string]time.Time{}, at: map[string]time.Time{}, resent: map[string]bool{}, queued: map[string]time.Time{}}
 }
 
 func (a *acked) add(id string, due time.Time, resent bool) {
@@ -291,6 +294,7 @@ func TestFaultPostgresFailover(t *testing.T) {
 				batch[j].Metadata.Set(wire.HeaderExpire, wireparse.FormatExpire(dues[j]))
 				batch[j].Metadata.Set(wire.HeaderDestination, dest)
 			}
+			sentAt := time.Now()
 			errs, err := retryAcked(loadCtx, func(context.Context) error { return pub.Publish(wire.TimeoutsQueue(endpoint), batch...) })
 			producerErrs.Add(int64(errs))
 			if err != nil {
@@ -301,7 +305,7 @@ func TestFaultPostgresFailover(t *testing.T) {
 			}
 			got.mu.Lock()
 			for _, m := range batch {
-				got.queued[m.UUID] = true
+				got.queued[m.UUID] = sentAt
 			}
 			got.mu.Unlock()
 			time.Sleep(100 * time.Millisecond)
@@ -413,6 +417,7 @@ func TestFaultPostgresFailover(t *testing.T) {
 	// store satellite had stored it, its ack died with the primary, so the new primary hands it
 	// out again, and it is stored again if its timeout was delivered meanwhile); anything else.
 	var lost, early, unknown, resentTwice, queuedTwice, forwardedTwice int
+	var others []string // the duplicates no cause above explains, for the failure message
 	var firstAfterKill time.Time
 	for id, due := range got.due {
 		at, ok := c.earliest[id]
@@ -435,10 +440,16 @@ func TestFaultPostgresFailover(t *testing.T) {
 		case extra <= 0:
 		case got.resent[id]:
 			resentTwice += extra
-		case got.queued[id] && got.at[id].Before(killedAt):
+		case !got.queued[id].IsZero() && got.queued[id].Before(killedAt):
 			queuedTwice += extra
 		default:
 			forwardedTwice += extra
+			kind := "Schedule or ScheduleTx"
+			if sent, ok := got.queued[id]; ok {
+				kind = fmt.Sprintf("published %s after the kill", sent.Sub(killedAt).Round(time.Millisecond))
+			}
+			others = append(others, fmt.Sprintf("%s (%s, acknowledged %s after the kill, due %s after it, %d copies)", id, kind,
+				got.at[id].Sub(killedAt).Round(time.Millisecond), got.due[id].Sub(killedAt).Round(time.Millisecond), c.copies[id]))
 		}
 	}
 	resent := len(got.resent)
@@ -470,7 +481,8 @@ func TestFaultPostgresFailover(t *testing.T) {
 	require.Zero(t, early)
 	// Exactly once is the forward's: a producer that sends a timeout again, not knowing whether
 	// its first attempt went through, may have it stored again after the first was delivered.
-	require.Zero(t, forwardedTwice, "exactly once: no duplicate but a producer's own resends and E.Timeouts messages in flight at the kill")
+	require.Zero(t, forwardedTwice, "exactly once: no duplicate but a producer's own resends and E.Timeouts messages in flight at the kill; the others:\n%s",
+		strings.Join(others, "\n"))
 	require.LessOrEqual(t, queuedTwice, 2*connect.ServiceConsumers,
 		"E.Timeouts messages handed out again: at most what the two instances' store satellites had in flight")
 	require.LessOrEqual(t, resumed, resumeBound, "deliveries resume within %s of the promotion", resumeBound)
