@@ -264,6 +264,23 @@ type Counter interface {
 	Count(ctx context.Context) (pending, parked int, err error)
 }
 
+// DueCounter is an optional interface that may be implemented by an [Inspector]: CountDue counts
+// exactly how many timeouts are due before each of several bounds, in one call, where a caller
+// would otherwise estimate from a List of the earliest ones (the dashboard's "due in the next
+// minute, hour, day"). If an Inspector does not implement DueCounter, or CountDue returns
+// ErrUnsupported, callers count from such a List and say the counts are estimates.
+//
+// Its cost grows with the timeouts due before the latest bound, not with the rest of the
+// table, in a store with an index on due times (PostgreSQL reads that index alone); a store
+// without one reads the whole table, as its Stats does. Every backend of this module implements
+// it; SQL Server's returns ErrUnsupported.
+type DueCounter interface {
+	// CountDue returns, for each of bounds, the number of stored timeouts that are not parked
+	// and are due before it (Due < bound), claimed or not: counts[i] is bounds[i]'s. The bounds
+	// may come in any order; each must be in MinDue..MaxDue (ErrInvalidTimeout otherwise).
+	CountDue(ctx context.Context, bounds []time.Time) (counts []int, err error)
+}
+
 // HiddenFrom is the earliest end of a hidden timeout's claim: Handover.Hide claims timeouts until
 // a mark at or after it, which no poller's now reaches, so they stay with whoever hid them.
 var HiddenFrom = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)

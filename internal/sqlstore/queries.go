@@ -143,6 +143,9 @@ type ListSQL struct {
 	// The columns the filters and the order compare; Parked is the parking reason's, NULL for a
 	// timeout that is not parked.
 	ID, Due, Owner, Destination, Key, Parked string
+	// Table is the table From names, for CountDue's statement; empty when the backend has no
+	// such statement (CountDue then returns persistence.ErrUnsupported).
+	Table string
 	// Top limits with SELECT TOP (n) (SQL Server) rather than LIMIT n.
 	Top bool
 	// TimeParam, when set, wraps a time parameter as the due column compares it.
@@ -195,6 +198,7 @@ FROM %s`, t),
 		List: ListSQL{
 			From: fmt.Sprintf(`id, destination, due, owner, metadata, failure_count, COALESCE(dedup_key, ''), COALESCE(parked_reason, '') FROM %s`, t),
 			ID:   "id", Due: "due", Owner: "owner", Destination: "destination", Key: "dedup_key", Parked: "parked_reason",
+			Table: t,
 		},
 		Exists:    fmt.Sprintf(`SELECT 1 FROM %s WHERE id = @id`, t),
 		KeyHolder: fmt.Sprintf(`SELECT id, due, available_at FROM %s WHERE dedup_key = @key`, t),

@@ -43,6 +43,8 @@ type counts struct {
 	lockTimeouts                           string
 	dropTriggers, createTriggers, reset    []string
 	fold, stats, total                     string
+	// due counts, for CountDue, the timeouts in each bucket of due times, and apart the parked.
+	due string
 }
 
 // Trigger names, in the timeouts table's own name space.
@@ -136,6 +138,12 @@ FROM (SELECT
 	(SELECT max(due) FROM %[1]s) AS latest) AS n
 LEFT JOIN (SELECT destination, sum(pending) AS pending, sum(parked) AS parked FROM %[2]s
 	GROUP BY destination HAVING sum(pending) <> 0) AS c ON true`, t, c.table)
+	// Bucket b holds the timeouts due at or after the b-th bound and before the next: each
+	// half reads one index alone, (due, id) for every timeout and the parked timeouts' partial
+	// index, as far as the last bound.
+	c.due = fmt.Sprintf(`SELECT false, width_bucket(due, $1::timestamptz[]), count(*) FROM %[1]s WHERE due < $2 GROUP BY 2
+UNION ALL
+SELECT true, width_bucket(due, $1::timestamptz[]), count(*) FROM %[1]s WHERE parked_reason IS NOT NULL AND due < $2 GROUP BY 2`, t)
 	c.total = fmt.Sprintf(`SELECT COALESCE(sum(pending), 0), COALESCE(sum(parked), 0) FROM %s`, c.table)
 	return c
 }

@@ -69,6 +69,7 @@ func Run(t *testing.T, newStore func(t *testing.T) persistence.Store) {
 		{"ListFilters", s.testListFilters},
 		{"StatsAtNow", s.testStatsAtNow},
 		{"StatsExact", s.testStatsExact},
+		{"CountDue", s.testCountDue},
 		{"CancelledContext", s.testCancelledContext},
 		{"Parker", s.testParker},
 		{"Claimer", s.testClaimer},
