@@ -156,9 +156,17 @@ type statsBody struct {
 	Due      []struct {
 		Label   string `json:"label"`
 		Count   int    `json:"count"`
+		Exact   bool   `json:"exact"`
 		AtLeast bool   `json:"at_least"`
 		AtMost  bool   `json:"at_most"`
 	} `json:"due"`
+	DueHistogram []struct {
+		Label   string `json:"label"`
+		Count   int    `json:"count"`
+		Exact   bool   `json:"exact"`
+		AtLeast bool   `json:"at_least"`
+		AtMost  bool   `json:"at_most"`
+	} `json:"due_histogram"`
 	ByDestination []struct {
 		Name  string `json:"name"`
 		Count int    `json:"count"`
@@ -299,25 +307,39 @@ func TestStatsShowTheOldestOverdue(t *testing.T) {
 	require.Contains(t, page.body, "overdue 1m")
 }
 
+// sampledStore is the memory store without persistence.DueCounter: the dashboard estimates its
+// windows from the sample, as on a store that cannot count them.
+type sampledStore struct {
+	parkerStore
+	persistence.Inspector
+	persistence.Scheduler
+}
+
 func TestSampleBeyondItsEndGivesBounds(t *testing.T) {
 	t.Parallel()
-	b := setup(t, dashboard.Config{SampleSize: 3})
+	store := memory.New().(parkerStore)
+	b := setupOn(t, dashboard.Config{SampleSize: 3}, sampledStore{store, store.(persistence.Inspector), store.(persistence.Scheduler)}, nil)
 	scheduleSpread(t, b)
 
 	st := decode[statsBody](t, b.get(t, "/api/stats"))
 	require.True(t, st.Partial)
 	require.Equal(t, 3, st.Sampled)
 	require.False(t, st.ByOwner.Complete)
-	got := map[string][3]any{}
+	got := map[string][4]any{}
 	for _, w := range st.Due {
-		got[w.Label] = [3]any{w.Count, w.AtLeast, w.AtMost}
+		got[w.Label] = [4]any{w.Count, w.Exact, w.AtLeast, w.AtMost}
 	}
 	// The sample holds the three earliest (30s, 30s, 10m): the minute is exact, the hour reaches
 	// beyond the 10m one, so it and what follows are bounds.
-	require.Equal(t, [3]any{2, false, false}, got["next minute"])
-	require.Equal(t, [3]any{1, true, false}, got["next hour"])
-	require.Equal(t, [3]any{0, true, false}, got["next day"])
-	require.Equal(t, [3]any{3, false, true}, got["later"])
+	require.Equal(t, [4]any{0, true, false, false}, got["due now"])
+	require.Equal(t, [4]any{2, true, false, false}, got["next minute"])
+	require.Equal(t, [4]any{1, false, true, false}, got["next hour"])
+	require.Equal(t, [4]any{0, false, true, false}, got["next day"])
+	require.Equal(t, [4]any{3, false, false, true}, got["later"])
+	page := b.get(t, "/")
+	require.Equal(t, "≥0", card(t, page.body, "next day"))
+	require.Equal(t, "≤3", card(t, page.body, "later"))
+	require.Equal(t, "2", card(t, page.body, "next minute"))
 }
 
 func TestListPagesByKeysetWithoutGapsOrRepeats(t *testing.T) {

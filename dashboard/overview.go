@@ -41,13 +41,16 @@ type overview struct {
 	Partial bool `json:"sample_partial"`
 }
 
-// count is the number of pending timeouts in a window of due times; AtLeast says it is a lower
-// bound (the window reaches beyond the sample). Window bounds are seconds from now.
+// count is the number of pending timeouts, parked ones left out, in a window of due times.
+// Exact says it is exact; otherwise it is estimated from the sample, and AtLeast says it is a
+// lower bound (the window reaches beyond the sample), AtMost an upper bound. Window bounds are
+// seconds from now.
 type count struct {
 	Label   string   `json:"label"`
 	From    *float64 `json:"from_seconds,omitempty"`
 	Before  *float64 `json:"before_seconds,omitempty"`
 	Count   int      `json:"count"`
+	Exact   bool     `json:"exact"`
 	AtLeast bool     `json:"at_least,omitempty"`
 	AtMost  bool     `json:"at_most,omitempty"`
 }
@@ -160,8 +163,12 @@ func (s *server) overview(ctx context.Context) (overview, error) {
 			o.OldestOverdue = max(now.Sub(st.Earliest), 0).Seconds()
 		}
 	}
-	o.Due = countWindows(summaryWindows, sample, o.Partial, now, st)
-	o.DueHistogram = countWindows(histogramWindows, sample, o.Partial, now, st)
+	exact, err := s.countDue(ctx, now)
+	if err != nil {
+		return overview{}, err
+	}
+	o.Due = countWindows(summaryWindows, sample, o.Partial, now, st, exact)
+	o.DueHistogram = countWindows(histogramWindows, sample, o.Partial, now, st, exact)
 	o.ByDestination = sortedCounts(st.ByDestination)
 	owners := map[string]int{}
 	for _, t := range sample {
@@ -196,39 +203,97 @@ func (s *server) overview(ctx context.Context) (overview, error) {
 	return o, nil
 }
 
-// countWindows counts the pending timeouts in each window. The overdue window is Stats' exact
+// exactHorizon is how far after now the windows are counted exactly, by the store's CountDue
+// when it has it: counting reads as many index entries as there are timeouts due before the
+// latest bound, which stays cheap for a day at millions pending. Later windows are estimated.
+const exactHorizon = 24 * time.Hour
+
+// dueBefore holds exact counts of the pending timeouts, parked ones left out, due before now+d,
+// by d; the count at 0 is of those due at now (due <= now).
+type dueBefore map[time.Duration]int
+
+// countDue counts exactly, with one CountDue, the pending timeouts due before every window
+// bound up to exactHorizon after now. It returns nil, and the windows are estimated, when the
+// store cannot count so.
+func (s *server) countDue(ctx context.Context, now time.Time) (dueBefore, error) {
+	var ds []time.Duration
+	for _, w := range slices.Concat(summaryWindows, histogramWindows) {
+		for _, d := range []time.Duration{w.from, w.before} {
+			if d <= exactHorizon && !slices.Contains(ds, d) {
+				ds = append(ds, d)
+			}
+		}
+	}
+	bounds := make([]time.Time, len(ds))
+	for i, d := range ds {
+		bounds[i] = now.Add(d)
+		if d == 0 {
+			bounds[i] = now.Add(time.Nanosecond) // due <= now
+		}
+	}
+	counts, err := s.m.CountDue(ctx, bounds)
+	if errors.Is(err, persistence.ErrUnsupported) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	exact := make(dueBefore, len(ds))
+	for i, d := range ds {
+		exact[d] = counts[i]
+	}
+	return exact, nil
+}
+
+// countWindows counts the pending timeouts, parked ones left out, in each window. With exact
+// counts (from countDue) a window within them is their difference, and the open window after
+// them what Stats' Pending and Parked leave over. Otherwise the overdue window is Stats' exact
 // DueNow; the others count the sample, the earliest due timeouts, which holds every timeout due
 // before its last one: a window ending after that is a lower bound, unless the sample is
-// complete. The open window is what Stats' Pending leaves over.
-func countWindows(windows []window, sample []persistence.Timeout, partial bool, now time.Time, st persistence.Stats) []count {
+// complete. An open window that exact counts do not reach is what the others leave over, an
+// upper bound unless every other is exact.
+func countWindows(windows []window, sample []persistence.Timeout, partial bool, now time.Time, st persistence.Stats, exact dueBefore) []count {
 	var horizon time.Time // every timeout due before it is in the sample
 	if partial {
 		horizon = sample[len(sample)-1].Due
 	}
+	total := max(st.Pending-st.Parked, 0)
 	out := make([]count, len(windows))
-	counted, exact := 0, true
+	counted, allExact := 0, true
 	for i, w := range windows {
 		c := count{Label: w.label}
+		from, fromOK := exact[w.from]
+		before, beforeOK := exact[w.before]
 		switch {
 		case w.overdue:
-			c.Count = st.DueNow
 			c.Before = seconds(0)
+			c.Count, c.Exact = st.DueNow, true
+			if fromOK {
+				c.Count = from
+			}
 		case w.open:
 			c.From = seconds(w.from)
-			c.Count = max(st.Pending-counted, 0)
-			c.AtMost = !exact
+			if fromOK {
+				c.Count, c.Exact = max(total-from, 0), true
+			} else {
+				c.Count, c.Exact = max(total-counted, 0), allExact
+				c.AtMost = !allExact
+			}
+		case fromOK && beforeOK:
+			c.From, c.Before = seconds(w.from), seconds(w.before)
+			c.Count, c.Exact = max(before-from, 0), true
 		default:
 			c.From, c.Before = seconds(w.from), seconds(w.before)
 			from, before := now.Add(w.from), now.Add(w.before)
 			for _, t := range sample {
-				if t.Due.After(now) && !t.Due.Before(from) && t.Due.Before(before) {
+				if t.Parked == "" && t.Due.After(now) && !t.Due.Before(from) && t.Due.Before(before) {
 					c.Count++
 				}
 			}
-			if partial && before.After(horizon) {
-				c.AtLeast, exact = true, false
-			}
+			c.AtLeast = partial && before.After(horizon)
+			c.Exact = !c.AtLeast
 		}
+		allExact = allExact && c.Exact
 		counted += c.Count
 		out[i] = c
 	}
