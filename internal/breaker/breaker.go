@@ -163,7 +163,15 @@ func (b *CircuitBreaker) Failure(ctx context.Context, err error) {
 // began, so a call that gives up after a while (its deadline, a dead connection found by a
 // heartbeat) does not put the critical error off by that while.
 func (b *CircuitBreaker) Call(ctx context.Context) (callCtx context.Context, end func(error)) {
-	callCtx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
+	return b.CallWithin(ctx, b.cfg.CallTimeout)
+}
+
+// CallWithin is Call with a deadline of its own: timeout instead of CallTimeout. It is for calls
+// whose answer may come late without being lost, such as a broker's publish confirms. Their
+// caller would otherwise repeat the call, and the broker would get the work twice. The watch over
+// calls in flight is the same: no success for TimeToWait trips the breaker.
+func (b *CircuitBreaker) CallWithin(ctx context.Context, timeout time.Duration) (callCtx context.Context, end func(error)) {
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	b.mu.Lock()
 	if b.stopped {
 		b.mu.Unlock()
@@ -272,6 +280,12 @@ func (b *CircuitBreaker) Armed() bool {
 // quietCall is how long calls may be in flight with no success before Armed says so: longer than
 // a healthy call takes, so that a working stage does not flicker.
 const quietCall = time.Second
+
+// TimeToWait is how long the stage may go without a success before the breaker trips.
+func (b *CircuitBreaker) TimeToWait() time.Duration { return b.cfg.TimeToWait }
+
+// CallTimeout is the deadline Call gives each call.
+func (b *CircuitBreaker) CallTimeout() time.Duration { return b.cfg.CallTimeout }
 
 // Tripped reports whether the breaker raised its critical error and has not been disarmed since.
 func (b *CircuitBreaker) Tripped() bool {
