@@ -54,6 +54,9 @@ type DispatchConfig struct {
 	// OnParked is told of each timeout parked (see persistence.Parker). Its forward and its
 	// error-queue copy were both refused. Optional (metrics use it).
 	OnParked func(t persistence.Timeout)
+	// OnRepublishedAlone is told how many due messages are published again one by one after
+	// the publish of their batch was refused. Optional (metrics use it).
+	OnRepublishedAlone func(n int)
 	// Stopping reports whether the endpoint's stop has begun. Optional. A forward that fails then
 	// is the stop's doing: it counts no attempt. It never sends the message to the error queue. It
 	// nacks the dispatcher message and leaves the timeout in the store.
@@ -107,6 +110,9 @@ type Dispatch struct {
 	calls     persistence.BatchStore    // the store's batch calls, or their fallback
 	forwarder satellites.BatchForwarder // Config.Forwarder, forwarding many at once; nil: publish
 	batcher   *batcher.Batcher[due]
+	// recording holds a token per call that records a failed forward in the store. Many forwards
+	// failing at once then queue here, not for the store's connections inside their deadline.
+	recording chan struct{}
 }
 
 var _ Satellite = (*Dispatch)(nil)
@@ -123,9 +129,9 @@ func NewDispatch(cfg DispatchConfig, logger watermill.LoggerAdapter) (*Dispatch,
 		cfg.Now = time.Now
 	}
 	queue := wire.DispatcherQueue(cfg.Endpoint)
-	cfg.Publisher = GuardedPublisher{Publisher: cfg.Publisher, Breaker: cfg.Breaker}
+	cfg.Publisher = GuardedPublisher{Publisher: cfg.Publisher, Breaker: cfg.Breaker, Timeout: confirmWait(cfg.Breaker)}
 	d := &Dispatch{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue}),
-		calls: guardedCalls{batchCalls(cfg.Store), cfg.Breaker}}
+		calls: guardedCalls{batchCalls(cfg.Store), cfg.Breaker}, recording: make(chan struct{}, maxRecording)}
 	if cfg.Forwarder != nil {
 		if fwd, ok := cfg.Forwarder.(satellites.BatchForwarder); ok {
 			d.forwarder = fwd
@@ -140,6 +146,21 @@ func NewDispatch(cfg DispatchConfig, logger watermill.LoggerAdapter) (*Dispatch,
 	}
 	return d, nil
 }
+
+// confirmWait is how long a forward's publish waits for the broker's confirms. A confirm that
+// comes late is not a failure: the message was delivered. Given up on, it is published again, a
+// duplicate, and the overloaded broker gets more work. So a forward waits as long as the dispatch
+// breaker lets the stage go without a success (its TimeToWait), not one CallTimeout. The forward's
+// own context still bounds it (afterForwardTimeout).
+func confirmWait(b *breaker.CircuitBreaker) time.Duration {
+	return max(b.CallTimeout(), min(b.TimeToWait(), afterForwardTimeout))
+}
+
+// maxRecording bounds the store calls that record failed forwards at once, per satellite.
+const maxRecording = 4
+
+// maxAlone bounds the forwards of a refused batch that are dispatched again alone at once.
+const maxAlone = 16
 
 // Name is the router handler's name.
 func (d *Dispatch) Name() string { return d.queue }
@@ -376,6 +397,14 @@ func (d *Dispatch) publishAndRemove(found []forward) {
 			msgs[i] = f.out
 		}
 		if err := d.cfg.Publisher.Publish(dest, msgs...); err != nil {
+			if d.unconfirmed(err) {
+				failed.Add(1)
+				go func() {
+					defer failed.Done()
+					d.slowBroker(fs, dest, err)
+				}()
+				continue
+			}
 			if len(fs) > 1 && !connloss.Is(err) && !d.stopping() {
 				// The broker may have refused one of them (one larger than it takes, say). Each is
 				// published again alone: the others get delivered, and only the refused one counts
@@ -383,6 +412,9 @@ func (d *Dispatch) publishAndRemove(found []forward) {
 				// refusal are delivered twice: at least once.
 				d.logger.Debug("Publishing a batch of due messages failed; publishing them one by one",
 					watermill.LogFields{"count": len(fs), "destination": dest, "error": err.Error()})
+				if d.cfg.OnRepublishedAlone != nil {
+					d.cfg.OnRepublishedAlone(len(fs))
+				}
 				for _, f := range fs {
 					alone = append(alone, f.req)
 				}
@@ -414,8 +446,47 @@ func (d *Dispatch) publishAndRemove(found []forward) {
 	for _, f := range sent {
 		f.req.Finish(nil)
 	}
-	batcher.EachAlone(alone, d.dispatch)
+	d.eachAlone(alone)
 	failed.Wait()
+}
+
+// eachAlone dispatches each request as a batch of one, at most maxAlone at once. A refused batch
+// of many then costs the store and the broker a few calls at a time, not one per message at once.
+func (d *Dispatch) eachAlone(reqs []*batcher.Request[due]) {
+	tokens := make(chan struct{}, maxAlone)
+	var wg sync.WaitGroup
+	for _, r := range reqs {
+		tokens <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-tokens }()
+			d.dispatch([]*batcher.Request[due]{r})
+		})
+	}
+	wg.Wait()
+}
+
+// unconfirmed reports whether a publish failed only because its deadline passed before the
+// broker confirmed it. The broker is slow or out of reach; no message is at fault. Each may even
+// have been delivered.
+func (d *Dispatch) unconfirmed(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) && !connloss.Is(err) && !d.stopping()
+}
+
+// slowBroker answers forwards whose publish was not confirmed in time (see unconfirmed). As with
+// a lost connection, no attempt is counted, nothing goes to the error queue, and nothing is
+// published again alone. Those would add work to an overloaded broker and its store, and turn
+// slowness into failures. The breaker paces the retry (its RetryDelay), once for all of them,
+// and trips only if the stage has no success for its wait. The dispatcher messages are nacked.
+// A message whose confirm merely came late is delivered twice: at least once.
+func (d *Dispatch) slowBroker(fs []forward, dest string, cause error) {
+	d.logger.Info("Forwarding due messages was not confirmed in time; not counted as attempts, retried",
+		watermill.LogFields{"count": len(fs), "destination": dest, "error": cause.Error()})
+	ctx, cancel := detached(fs[0].req.Item.msg)
+	defer cancel()
+	d.cfg.Breaker.Failure(ctx, cause)
+	for _, f := range fs {
+		f.req.Finish(fmt.Errorf("forwarding timeout %s to %s (not confirmed in time, not counted as an attempt): %w", f.t.ID, dest, cause))
+	}
 }
 
 // removeMany deletes forwarded timeouts in one call. If that fails, each is removed alone, with
@@ -499,9 +570,7 @@ func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, ou
 	}
 	fields := watermill.LogFields{"timeout_id": t.ID, "destination": t.Destination}
 	d.logger.Error("Forwarding due message failed", cause, fields)
-	found, err := guarded(ctx, d.cfg.Breaker, func(ctx context.Context) (bool, error) {
-		return d.cfg.Store.IncrementFailureCount(ctx, t.ID)
-	})
+	found, err := d.recordFailure(ctx, t.ID)
 	if err != nil {
 		// Neither lost nor moved on: the attempt was not counted. So the message is nacked and
 		// tried again. Failing this way too often is a critical error of its own.
@@ -538,6 +607,20 @@ func (d *Dispatch) forwardFailed(msg *message.Message, t persistence.Timeout, ou
 	d.cfg.Breaker.Success()
 	d.remove(msg, t.ID)
 	return nil
+}
+
+// recordFailure counts a failed attempt of timeout id in the store. It waits for one of the
+// maxRecording tokens first; the call's deadline starts once it has one.
+func (d *Dispatch) recordFailure(ctx context.Context, id string) (bool, error) {
+	select {
+	case d.recording <- struct{}{}:
+	case <-ctx.Done():
+		return false, fmt.Errorf("waiting to record a failed forward: %w", ctx.Err())
+	}
+	defer func() { <-d.recording }()
+	return guarded(ctx, d.cfg.Breaker, func(ctx context.Context) (bool, error) {
+		return d.cfg.Store.IncrementFailureCount(ctx, id)
+	})
 }
 
 // parkable reports whether a refused error-queue copy says the message itself cannot go. The road

@@ -20,11 +20,14 @@ func (d *Dispatch) forwardMany(ctx context.Context, found []forward) {
 	removed, err := guarded(ctx, d.cfg.Breaker, func(ctx context.Context) ([]string, error) { return d.forwarder.ForwardMany(ctx, fs) })
 	if err != nil && len(found) > 1 {
 		d.logger.Debug("Forwarding a batch of timeouts failed; forwarding them one by one", watermill.LogFields{"count": len(fs), "error": err.Error()})
+		if d.cfg.OnRepublishedAlone != nil {
+			d.cfg.OnRepublishedAlone(len(found))
+		}
 		reqs := make([]*batcher.Request[due], len(found))
 		for i, f := range found {
 			reqs[i] = f.req
 		}
-		batcher.EachAlone(reqs, d.dispatch)
+		d.eachAlone(reqs)
 		return
 	}
 	if err != nil {

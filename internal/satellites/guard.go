@@ -2,6 +2,7 @@ package satellites
 
 import (
 	"context"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -48,6 +49,9 @@ func (g guardedCalls) RemoveMany(ctx context.Context, ids []string) ([]string, e
 type GuardedPublisher struct {
 	message.Publisher
 	Breaker *breaker.CircuitBreaker
+	// Timeout, when positive, is each Publish's deadline instead of the breaker's CallTimeout
+	// (breaker.CircuitBreaker.CallWithin).
+	Timeout time.Duration
 }
 
 // Publish publishes msgs to topic within the breaker's call deadline.
@@ -55,7 +59,11 @@ func (p GuardedPublisher) Publish(topic string, msgs ...*message.Message) error 
 	if len(msgs) == 0 {
 		return p.Publisher.Publish(topic, msgs...)
 	}
-	callCtx, end := p.Breaker.Call(msgs[0].Context())
+	timeout := p.Timeout
+	if timeout <= 0 {
+		timeout = p.Breaker.CallTimeout()
+	}
+	callCtx, end := p.Breaker.CallWithin(msgs[0].Context(), timeout)
 	deadline, _ := callCtx.Deadline()
 	own := make([]context.Context, len(msgs))
 	for i, m := range msgs {

@@ -1,0 +1,213 @@
+package satellites_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/timeoutmill/timeoutmill/critical"
+	"github.com/timeoutmill/timeoutmill/dispatcherqueue"
+	"github.com/timeoutmill/timeoutmill/internal/breaker"
+	"github.com/timeoutmill/timeoutmill/internal/errorqueue"
+	"github.com/timeoutmill/timeoutmill/internal/satellites"
+	"github.com/timeoutmill/timeoutmill/persistence"
+	"github.com/timeoutmill/timeoutmill/persistence/memory"
+	"github.com/timeoutmill/timeoutmill/wire"
+)
+
+// lateConfirmPublisher is a broker under load: a publish to topic gets its confirms after
+// confirmIn, or never when confirmIn is 0. The broker takes the messages either way, so a publish
+// given up on before its confirms has still delivered them.
+type lateConfirmPublisher struct {
+	recordingPublisher
+	topic     string
+	confirmIn time.Duration
+}
+
+func (p *lateConfirmPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if topic != p.topic {
+		return p.recordingPublisher.Publish(topic, msgs...)
+	}
+	if err := p.recordingPublisher.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	var confirmed <-chan time.Time
+	if p.confirmIn > 0 {
+		confirmed = time.After(p.confirmIn) // fake time in the tests' bubbles
+	}
+	select {
+	case <-confirmed:
+		return nil
+	case <-msgs[0].Context().Done():
+		return fmt.Errorf("waiting for the confirm of message %s: %w", msgs[0].UUID, msgs[0].Context().Err())
+	}
+}
+
+// slowRecordStore is a memory store whose IncrementFailureCount takes a while, as a row update
+// on a busy database does. It counts the calls and the most in flight at once.
+type slowRecordStore struct {
+	memStore
+	calls, inFlight, maxInFlight atomic.Int32
+}
+
+func (s *slowRecordStore) IncrementFailureCount(ctx context.Context, id string) (bool, error) {
+	s.calls.Add(1)
+	n := s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	for {
+		m := s.maxInFlight.Load()
+		if n <= m || s.maxInFlight.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // fake time in the tests' bubbles: the update's round trip
+	return s.memStore.IncrementFailureCount(ctx, id)
+}
+
+type overloadBundle struct {
+	dispatch  *satellites.Dispatch
+	store     *slowRecordStore
+	trips     *tripLog // the dispatch breaker's and the recovery breaker's
+	alone     atomic.Int32
+	published interface {
+		message.Publisher
+		to(topic string) []*message.Message
+	}
+}
+
+// setupOverload returns a dispatch satellite with the service's breaker settings: a 10 s call
+// timeout, a 30 s wait, and a recovery breaker of 1 failure a second.
+func setupOverload(t *testing.T, pub interface {
+	message.Publisher
+	to(topic string) []*message.Message
+}, numberOfRetries int) *overloadBundle {
+	t.Helper()
+	b := &overloadBundle{store: &slowRecordStore{memStore: memory.New().(memStore)}, trips: &tripLog{}, published: pub}
+	dispatchBreaker, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
+		Name: "dispatch", TimeToWait: 30 * time.Second, CallTimeout: 10 * time.Second, Message: critical.DispatchMessage,
+		RetryDelay: time.Second, OnTrip: b.trips.record,
+	})
+	require.NoError(t, err)
+	t.Cleanup(dispatchBreaker.Stop)
+	recovery, err := breaker.NewRateBreaker(breaker.RateBreakerConfig{
+		Name: "recovery", MaxFailuresPerSecond: 1, Message: critical.RecoveryMessage, OnTrip: b.trips.record,
+	})
+	require.NoError(t, err)
+	b.dispatch, err = satellites.NewDispatch(satellites.DispatchConfig{
+		Endpoint: endpoint, Store: b.store, Publisher: pub, ErrorQueue: errorqueue.New(pub, ""),
+		Breaker: dispatchBreaker, RecoveryBreaker: recovery, NumberOfRetries: numberOfRetries,
+		OnRepublishedAlone: func(n int) { b.alone.Add(int32(n)) },
+	}, watermill.NopLogger{})
+	require.NoError(t, err)
+	return b
+}
+
+func (b *overloadBundle) storeDue(t *testing.T, n int, destination string) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = watermill.NewUUID()
+		_, err := b.store.Store(context.Background(), persistence.Timeout{ID: ids[i], Destination: destination, Due: time.Now(), Payload: []byte("charge")})
+		require.NoError(t, err)
+	}
+	return ids
+}
+
+func TestForwardWaitsForAConfirmLaterThanTheCallTimeout(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		// Confirms 20 s late: past the 10 s call timeout, within the dispatch breaker's 30 s wait.
+		pub := &lateConfirmPublisher{topic: "payments", confirmIn: 20 * time.Second}
+		b := setupOverload(t, pub, 0)
+		ids := b.storeDue(t, 40, "payments")
+
+		for i, err := range handleAtOnce(b.dispatch, ids) {
+			require.NoError(t, err, "dispatcher message %d", i)
+		}
+		requireEachOnce(t, pub.to("payments"), ids)
+		st, err := b.store.Stats(context.Background(), time.Now())
+		require.NoError(t, err)
+		require.Zero(t, st.Pending, "removed once confirmed")
+		require.Zero(t, b.store.calls.Load(), "no failure recorded")
+		require.Empty(t, b.trips.all())
+	})
+}
+
+func TestUnconfirmedBatchCountsNoAttemptAndIsNotRepublishedAlone(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		// Never confirmed: the broker is overloaded or out of reach, no message is at fault.
+		pub := &lateConfirmPublisher{topic: "payments"}
+		b := setupOverload(t, pub, 0)
+		ids := b.storeDue(t, 60, "payments")
+
+		start := time.Now()
+		for i, err := range handleAtOnce(b.dispatch, ids) {
+			require.ErrorIs(t, err, context.DeadlineExceeded, "dispatcher message %d is nacked", i)
+		}
+		require.GreaterOrEqual(t, time.Since(start), 30*time.Second, "the confirms were waited for as long as the breaker's wait, not the call timeout")
+		require.Len(t, pub.to("payments"), len(ids), "each published once: none again alone")
+		require.Zero(t, b.alone.Load())
+		require.Zero(t, b.store.calls.Load(), "no attempt recorded: with NumberOfRetries 0 an attempt would send each to the error queue")
+		require.Empty(t, pub.to(wire.DefaultErrorQueue))
+		for _, id := range ids {
+			kept, err := b.store.Peek(context.Background(), id)
+			require.NoError(t, err, "kept for the redelivery")
+			require.Zero(t, kept.FailureCount)
+		}
+		// A broker that answers nothing for the dispatch breaker's wait trips it, as before; the
+		// recovery breaker heard of no failure.
+		for _, trip := range b.trips.all() {
+			require.Equal(t, "dispatch", trip.Breaker)
+			require.ErrorIs(t, trip, critical.ErrNoAnswer)
+		}
+
+		// The broker catches up: the redeliveries forward them.
+		pub.confirmIn = time.Millisecond
+		for _, err := range handleAtOnce(b.dispatch, ids) {
+			require.NoError(t, err)
+		}
+		st, err := b.store.Stats(context.Background(), time.Now())
+		require.NoError(t, err)
+		require.Zero(t, st.Pending)
+	})
+}
+
+func TestRefusedBatchIsCountedAndRecordsItsFailuresAFewAtATime(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		pub := &recordingPublisher{}
+		pub.refuse("payments")
+		b := setupOverload(t, pub, 1)
+		ids := b.storeDue(t, 100, "payments")
+
+		// Two many-id messages, as a poller announces them: two batches.
+		msgs := []*message.Message{dispatcherqueue.Encode(ids[:50]...), dispatcherqueue.Encode(ids[50:]...)}
+		errs := make([]error, len(msgs))
+		var wg sync.WaitGroup
+		for i, msg := range msgs {
+			wg.Go(func() { errs[i] = b.dispatch.Handle(msg) })
+		}
+		wg.Wait()
+		for _, err := range errs {
+			require.Error(t, err, "a refused forward is nacked for another attempt")
+		}
+		require.Equal(t, int32(len(ids)), b.alone.Load(), "every message of the refused batches was published again alone")
+		require.Equal(t, int32(len(ids)), b.store.calls.Load(), "one attempt recorded for each")
+		require.LessOrEqual(t, b.store.maxInFlight.Load(), int32(4), "failures recorded a few at a time, not %d at once", len(ids))
+		for _, id := range ids {
+			kept, err := b.store.Peek(context.Background(), id)
+			require.NoError(t, err)
+			require.Equal(t, 1, kept.FailureCount)
+		}
+		require.Empty(t, b.trips.all())
+	})
+}
