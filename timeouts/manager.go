@@ -165,19 +165,20 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		return nil, err
 	}
 	if m.dispatch, err = satellites.NewDispatch(satellites.DispatchConfig{
-		Endpoint:        config.Endpoint,
-		Store:           config.Store,
-		Publisher:       config.Publisher,
-		ErrorQueue:      dispatchErrors,
-		Breaker:         dispatchBreaker,
-		NumberOfRetries: config.NumberOfRetries,
-		RecoveryBreaker: recoveryBreaker,
-		OnDispatched:    m.onDispatched,
-		OnParked:        m.onParked,
-		Forwarder:       config.Forwarder,
-		Stopping:        m.stop.stopping,
-		Interrupted:     m.stop.interrupted,
-		Now:             m.clock.Earliest,
+		Endpoint:           config.Endpoint,
+		Store:              config.Store,
+		Publisher:          config.Publisher,
+		ErrorQueue:         dispatchErrors,
+		Breaker:            dispatchBreaker,
+		NumberOfRetries:    config.NumberOfRetries,
+		RecoveryBreaker:    recoveryBreaker,
+		OnDispatched:       m.onDispatched,
+		OnParked:           m.onParked,
+		OnRepublishedAlone: m.metrics.onRepublishedAlone,
+		Forwarder:          config.Forwarder,
+		Stopping:           m.stop.stopping,
+		Interrupted:        m.stop.interrupted,
+		Now:                m.clock.Earliest,
 	}, m.logger); err != nil {
 		return nil, err
 	}

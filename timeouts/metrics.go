@@ -21,6 +21,9 @@ type metrics struct {
 	lateness   prometheus.Histogram
 	failures   *prometheus.CounterVec
 	parked     prometheus.Counter
+	// republishedAlone counts due messages published again one by one after their batch's
+	// publish was refused.
+	republishedAlone prometheus.Counter
 	// clockOffset and clockError are the latest measurement of the store's clock (Manager.ClockOffset).
 	clockOffset, clockError prometheus.Gauge
 }
@@ -51,6 +54,10 @@ func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.St
 		parked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "timeoutmill_timeouts_parked_total", Help: "Timeouts parked: their forward and their error-queue copy were both refused.", ConstLabels: labels,
 		}),
+		republishedAlone: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "timeoutmill_dispatch_republished_alone_total", Help: "Due messages published again one by one after the publish of their batch was refused.",
+			ConstLabels: labels,
+		}),
 		clockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "timeoutmill_clock_offset_seconds", Help: "The store's clock minus this instance's, as last measured (0 with a store that has no clock of its own).",
 			ConstLabels: labels,
@@ -63,7 +70,7 @@ func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.St
 	if reg == nil {
 		return m, nil
 	}
-	collectors := []prometheus.Collector{m.stored, m.dispatched, m.early, m.lateness, m.failures, m.parked, m.clockOffset, m.clockError}
+	collectors := []prometheus.Collector{m.stored, m.dispatched, m.early, m.lateness, m.failures, m.parked, m.republishedAlone, m.clockOffset, m.clockError}
 	for i, b := range breakers {
 		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "timeoutmill_circuit_breaker_armed", Help: "1 while a stage is failing and its breaker counts down to a critical error.",
@@ -98,6 +105,12 @@ func (m *metrics) onDispatched(t persistence.Timeout, at time.Time) {
 		late = 0
 	}
 	m.lateness.Observe(late.Seconds())
+}
+
+func (m *metrics) onRepublishedAlone(n int) {
+	if m != nil {
+		m.republishedAlone.Add(float64(n))
+	}
 }
 
 func (m *metrics) onParked() {
