@@ -54,6 +54,10 @@
 // SetupInfrastructure (and Open) add both columns to a table an older version made; until then
 // CheckInfrastructure, and Open with MustExist, report it not set up.
 //
+// List reads an index on due, so that a page costs the same at a million timeouts as at a few.
+// SetupInfrastructure (and Open) add it to a table an older version made: once, a few seconds
+// per million timeouts. Until then List works, but every page sorts the whole table.
+//
 // The store has no clock of its own (it does not implement persistence.Clocked): the processes that
 // share a database file run on one machine and read one clock, which decides when a timeout is due.
 //
