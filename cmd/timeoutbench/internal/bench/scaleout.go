@@ -42,6 +42,13 @@ const (
 	dispatchedMetric = "timeoutmill_timeouts_dispatched_total"
 	// failuresMetric counts an instance's failures, all stages together.
 	failuresMetric = "timeoutmill_failures_total"
+	// republishedMetric counts the due messages an instance published again one by one after
+	// their batch's publish was refused.
+	republishedMetric = "timeoutmill_dispatch_republished_alone_total"
+	// scaleOutArgsEnv names the environment variable whose words are added to every instance's
+	// command line, to drain under other settings than the service's defaults: a shorter
+	// --call-timeout makes a loaded machine's overload come sooner, say.
+	scaleOutArgsEnv = "TIMEOUTBENCH_SCALE_OUT_ARGS"
 )
 
 // runScaleOut drains a backlog of Plan.ScaleOutBacklog timeouts, all due at one instant, with each
@@ -149,7 +156,7 @@ func (s *scale) drainWith(ctx context.Context, dest string, n, size int) (Result
 	}
 	tl := got.tally()
 	split := make([]string, n)
-	total, failures := 0, 0
+	total, failures, republished := 0, 0, 0
 	for i, in := range instances {
 		v, err := in.counter(dispatchedMetric)
 		if err != nil {
@@ -159,8 +166,13 @@ func (s *scale) drainWith(ctx context.Context, dest string, n, size int) (Result
 		if err != nil {
 			return r, err
 		}
+		a, err := in.counter(republishedMetric)
+		if err != nil {
+			return r, err
+		}
 		total += v
 		failures += f
+		republished += a
 		split[i] = count(v)
 	}
 	var stopErrs []error
@@ -186,9 +198,10 @@ func (s *scale) drainWith(ctx context.Context, dest string, n, size int) (Result
 	}
 	r.Figures = map[string]float64{"drain": r.DrainRate, "instances": float64(n)}
 	r.Notes = append(r.Notes,
-		fmt.Sprintf("forwarded per instance (%s): %s = %s; %s: %d", dispatchedMetric, strings.Join(split, " + "), count(total), failuresMetric, failures),
-		fmt.Sprintf("backlog filled by SQL in %s before the instances started, due %s after; service defaults, --log-level error",
-			filled.Round(100*time.Millisecond), scaleOutLead),
+		fmt.Sprintf("forwarded per instance (%s): %s = %s; %s: %d; %s: %d", dispatchedMetric, strings.Join(split, " + "), count(total),
+			failuresMetric, failures, republishedMetric, republished),
+		fmt.Sprintf("backlog filled by SQL in %s before the instances started, due %s after; service defaults%s, --log-level error",
+			filled.Round(100*time.Millisecond), scaleOutLead, extraArgs()),
 		fmt.Sprintf("%d-byte payloads; duplicates counted by message id at the application's consumer", DefaultPayload))
 	if len(logged) > 0 {
 		r.Notes = append(r.Notes, "errors logged: "+strings.Join(logged, "; "))
@@ -296,9 +309,10 @@ func (s *scale) startInstance(name string) (*instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(s.env.Timeoutmill, "run",
+	args := []string{"run",
 		"--endpoint", s.endpoint, "--store", s.env.PostgresDSN, "--transport", s.env.AMQPURL,
-		"--error-queue", s.errorQueue(), "--instance", name, "--metrics-addr", addr, "--log-level", "error")
+		"--error-queue", s.errorQueue(), "--instance", name, "--metrics-addr", addr, "--log-level", "error"}
+	cmd := exec.Command(s.env.Timeoutmill, append(args, strings.Fields(os.Getenv(scaleOutArgsEnv))...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
@@ -408,6 +422,14 @@ func (in *instance) counter(name string) (int, error) {
 		return 0, fmt.Errorf("reading the metrics of %s: %w", in.name, err)
 	}
 	return int(sum), nil
+}
+
+// extraArgs describes the instances' arguments from scaleOutArgsEnv, if any.
+func extraArgs() string {
+	if args := strings.TrimSpace(os.Getenv(scaleOutArgsEnv)); args != "" {
+		return " but " + args
+	}
+	return ""
 }
 
 // lastLine is the last line of a log file.
