@@ -2,6 +2,7 @@ package timeouts
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -139,14 +140,35 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-// storeGauges exports what the store holds, from one persistence.Counter.Count per scrape, or
-// one Inspector.Stats when the store has no Count: the pending timeouts and, among them, the
-// parked ones.
+// storeGauges exports what the store holds, from one persistence.Counter.Count, or one
+// Inspector.Stats when the store has no Count: the pending timeouts and, among them, the parked
+// ones. A read is reused for gaugeReuse times as long as it took. So the gauges take at most
+// about a tenth of one connection's time, however often they are scraped: a store that counts in
+// milliseconds is read at nearly every scrape, and one whose Stats scans a large table every so
+// often. A failed read is not reused.
 type storeGauges struct {
 	inspector       persistence.Inspector
 	now             func() time.Time // the store's time
 	pending, parked *prometheus.Desc
+
+	// mu is held during a read. A scrape that comes meanwhile waits for it and reuses it.
+	mu sync.Mutex
+	// last is the latest successful read; zero before the first.
+	last gaugeRead
 }
+
+// gaugeRead is one read of the store's counts: when it ended and how long it took.
+type gaugeRead struct {
+	pending, parked float64
+	at              time.Time
+	took            time.Duration
+}
+
+// gaugeReuse is how many times as long as a read took the gauges reuse it.
+const gaugeReuse = 10
+
+// gaugeReadTimeout bounds one read of the store's counts.
+const gaugeReadTimeout = 5 * time.Second
 
 func newStoreGauges(inspector persistence.Inspector, now func() time.Time, labels prometheus.Labels) *storeGauges {
 	return &storeGauges{
@@ -163,16 +185,37 @@ func (g *storeGauges) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (g *storeGauges) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	pending, parked := -1.0, -1.0
-	if c, ok := g.inspector.(persistence.Counter); ok { // the two counts alone, without Stats' index ranges
-		if p, k, err := c.Count(ctx); err == nil {
-			pending, parked = float64(p), float64(k)
-		}
-	} else if st, err := g.inspector.Stats(ctx, g.now()); err == nil {
-		pending, parked = float64(st.Pending), float64(st.Parked)
+	r := g.read()
+	ch <- prometheus.MustNewConstMetric(g.pending, prometheus.GaugeValue, r.pending)
+	ch <- prometheus.MustNewConstMetric(g.parked, prometheus.GaugeValue, r.parked)
+}
+
+// read returns the latest read while it is fresh (see storeGauges), else reads the store.
+func (g *storeGauges) read() gaugeRead {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.last.at.IsZero() && time.Since(g.last.at) < gaugeReuse*g.last.took {
+		return g.last
 	}
-	ch <- prometheus.MustNewConstMetric(g.pending, prometheus.GaugeValue, pending)
-	ch <- prometheus.MustNewConstMetric(g.parked, prometheus.GaugeValue, parked)
+	ctx, cancel := context.WithTimeout(context.Background(), gaugeReadTimeout)
+	defer cancel()
+	start := time.Now()
+	r, err := g.count(ctx)
+	if err != nil {
+		return gaugeRead{pending: -1, parked: -1}
+	}
+	r.at = time.Now()
+	r.took = r.at.Sub(start)
+	g.last = r
+	return r
+}
+
+// count reads the two counts alone when the store has Count, without Stats' index ranges.
+func (g *storeGauges) count(ctx context.Context) (gaugeRead, error) {
+	if c, ok := g.inspector.(persistence.Counter); ok {
+		p, k, err := c.Count(ctx)
+		return gaugeRead{pending: float64(p), parked: float64(k)}, err
+	}
+	st, err := g.inspector.Stats(ctx, g.now())
+	return gaugeRead{pending: float64(st.Pending), parked: float64(st.Parked)}, err
 }

@@ -2,7 +2,9 @@ package timeouts_test
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -129,5 +131,66 @@ timeoutmill_timeouts_pending{endpoint="orders"} 7
 `
 		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected),
 			"timeoutmill_timeouts_pending", "timeoutmill_timeouts_parked"), "the counts of Count, not of the empty store's Stats")
+	})
+}
+
+// slowStats is a memory store without Count whose Stats takes took, says pending, and fails
+// while fail is set; calls counts the Stats the gauges asked.
+type slowStats struct {
+	inspectable
+	took    time.Duration
+	pending atomic.Int64
+	fail    atomic.Bool
+	calls   atomic.Int64
+}
+
+func (s *slowStats) Stats(context.Context, time.Time) (persistence.Stats, error) {
+	s.calls.Add(1)
+	time.Sleep(s.took) // virtual time: the bubble's clock advances by took
+	if s.fail.Load() {
+		return persistence.Stats{}, errors.New("the store cannot be read")
+	}
+	return persistence.Stats{Pending: int(s.pending.Load())}, nil
+}
+
+// TestStoreGaugesReuseASlowRead: a read that took 2 s is reused for 20 s, so scrapes meanwhile
+// cost the store nothing; after that the next scrape reads again; a failed read is not reused.
+func TestStoreGaugesReuseASlowRead(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewPedanticRegistry()
+		store := &slowStats{inspectable: memory.New().(inspectable), took: 2 * time.Second}
+		store.pending.Store(5)
+		setup(t, store, func(c *timeouts.Config) { c.MetricsRegisterer = reg })
+		pending := func() float64 {
+			t.Helper()
+			families, err := reg.Gather()
+			require.NoError(t, err)
+			for _, f := range families {
+				if f.GetName() == "timeoutmill_timeouts_pending" {
+					return f.GetMetric()[0].GetGauge().GetValue()
+				}
+			}
+			t.Fatal("no timeoutmill_timeouts_pending gauge")
+			return 0
+		}
+
+		require.Equal(t, 5.0, pending())
+		require.EqualValues(t, 1, store.calls.Load())
+		store.pending.Store(6)
+		time.Sleep(15 * time.Second) // advances virtual time: within ten times the 2 s read
+		require.Equal(t, 5.0, pending(), "the read is reused")
+		require.EqualValues(t, 1, store.calls.Load(), "no Stats while the read is fresh")
+		time.Sleep(6 * time.Second) // 21 s after the read ended
+		require.Equal(t, 6.0, pending(), "read again")
+		require.EqualValues(t, 2, store.calls.Load())
+
+		store.fail.Store(true)
+		time.Sleep(21 * time.Second)
+		require.Equal(t, -1.0, pending(), "a store that cannot be read")
+		require.Equal(t, -1.0, pending(), "still")
+		require.EqualValues(t, 4, store.calls.Load(), "a failed read is not reused")
+		store.fail.Store(false)
+		require.Equal(t, 6.0, pending(), "read again at the next scrape after a failure")
 	})
 }
