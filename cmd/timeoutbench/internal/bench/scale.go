@@ -111,6 +111,10 @@ func runScale(ctx context.Context, env Env, plan Plan) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	overviews, err := timeOverview(ctx, sides)
+	if err != nil {
+		return nil, err
+	}
 	if err := empty.truncate(ctx); err != nil {
 		return nil, err
 	}
@@ -161,6 +165,7 @@ rounds:
 		}
 		r := scaleResult(plan, pending, claims[i], polls[i], rates[i], steering[i], hwm, rss)
 		statsNote(&r, stats[i])
+		overviewNote(&r, overviews[i])
 		if rateErr != nil {
 			r.Notes = append(r.Notes, "store rate and memory not measured: "+rateErr.Error())
 		}
