@@ -506,13 +506,15 @@ func (d *Dispatch) removeMany(sent []forward) {
 		if len(sent) > 1 {
 			d.logger.Error("Removing a batch of dispatched timeouts failed; removing them one by one", err, watermill.LogFields{"count": len(ids)})
 		}
+		// A few at a time: a store too slow for the batch is not sent one call per timeout at once.
+		tokens := make(chan struct{}, maxAlone)
 		var wg sync.WaitGroup
 		for _, f := range sent {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			tokens <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-tokens }()
 				d.remove(f.req.Item.msg, f.t.ID)
-			}()
+			})
 		}
 		wg.Wait()
 		return

@@ -211,3 +211,56 @@ func TestRefusedBatchIsCountedAndRecordsItsFailuresAFewAtATime(t *testing.T) {
 		require.Empty(t, b.trips.all())
 	})
 }
+
+// slowRemoveStore is a memory store whose removal of many fails, as a batch past its deadline
+// does, and whose removal of one takes a while. It counts the most removals in flight at once.
+type slowRemoveStore struct {
+	memStore
+	inFlight, maxInFlight atomic.Int32
+}
+
+func (s *slowRemoveStore) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
+	if len(ids) > 1 {
+		return nil, context.DeadlineExceeded
+	}
+	n := s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	for {
+		m := s.maxInFlight.Load()
+		if n <= m || s.maxInFlight.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // fake time in the tests' bubbles: the delete's round trip
+	return s.memStore.RemoveMany(ctx, ids)
+}
+
+func TestFailedBatchRemovalRemovesAFewAtATime(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		store := &slowRemoveStore{memStore: memory.New().(memStore)}
+		pub := &recordingPublisher{}
+		dispatchBreaker, err := breaker.NewCircuitBreaker(breaker.BreakerConfig{
+			Name: "dispatch", TimeToWait: 30 * time.Second, Message: critical.DispatchMessage, OnTrip: func(*critical.Error) {},
+		})
+		require.NoError(t, err)
+		t.Cleanup(dispatchBreaker.Stop)
+		d, err := satellites.NewDispatch(satellites.DispatchConfig{
+			Endpoint: endpoint, Store: store, Publisher: pub, ErrorQueue: errorqueue.New(pub, ""), Breaker: dispatchBreaker,
+		}, watermill.NopLogger{})
+		require.NoError(t, err)
+		ids := make([]string, 100)
+		for i := range ids {
+			ids[i] = watermill.NewUUID()
+			_, err := store.Store(context.Background(), persistence.Timeout{ID: ids[i], Destination: "payments", Due: time.Now()})
+			require.NoError(t, err)
+		}
+
+		require.NoError(t, d.Handle(dispatcherqueue.Encode(ids...)))
+		requireEachOnce(t, pub.to("payments"), ids)
+		st, err := store.Stats(context.Background(), time.Now())
+		require.NoError(t, err)
+		require.Zero(t, st.Pending, "each removed alone")
+		require.LessOrEqual(t, store.maxInFlight.Load(), int32(16), "removed a few at a time, not %d at once", len(ids))
+	})
+}
