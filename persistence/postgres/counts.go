@@ -23,9 +23,11 @@ import (
 //     rollback or a crash cannot skew them, and concurrent writers append rows rather than
 //     update one, so they never wait for each other. Stats folds the rows into one per
 //     destination, as the triggers do now and then.
-//   - DueNow counts the entries of the (due, id) index due at now, less the parked ones among
-//     them (from a partial index of the parked timeouts): it reads as many entries as there are
-//     timeouts due.
+//   - DueNow sums a second small table, of how many timeouts that are not parked are due in
+//     each minute (in UTC), for the minutes before now's, which the same triggers keep, and
+//     counts the rest of now's minute in the (due, id) index, less the parked ones there (from a
+//     partial index of the parked timeouts): it reads one row per minute that has timeouts due,
+//     and the timeouts due in one minute, however many are overdue.
 //   - Claimed counts a partial index of the claimed timeouts (available_at not their due time):
 //     it reads as many entries as pollers hold, and those of claims that ended since the last
 //     vacuum.
@@ -33,12 +35,14 @@ import (
 //
 // One statement reads them all, so they agree with each other.
 type counts struct {
-	// table is the counts' table, qualified and quoted; fn the trigger function's name.
-	table, fn string
+	// table is the counts' table, qualified and quoted; fn the trigger function's name; dues
+	// the table of timeouts due per minute.
+	table, fn, dues string
 	// parkedIndex and claimedIndex are the partial indexes of parked and claimed timeouts.
 	parkedIndex, claimedIndex string
 
 	createTable, grantRead, createFunction string
+	createDues, grantReadDues              string
 	createParkedIndex, createClaimedIndex  string
 	lockTimeouts                           string
 	dropTriggers, createTriggers, reset    []string
@@ -49,12 +53,17 @@ type counts struct {
 
 // Trigger names, in the timeouts table's own name space.
 var countTriggers = []string{"timeoutmill_count_insert", "timeoutmill_count_delete", "timeoutmill_count_park",
-	"timeoutmill_count_truncate"}
+	"timeoutmill_count_truncate", "timeoutmill_count_due"}
+
+// minute is the SQL of the minute of the dues table that timestamp x falls in: truncated in UTC,
+// whatever the session's TimeZone, so that the triggers and Stats agree on every bound.
+func minute(x string) string { return "date_trunc('minute', " + x + ", 'UTC')" }
 
 // newCounts makes the SQL of the counts of table t (qualified, quoted) in schema s (quoted).
 func newCounts(s, t, table string) counts {
 	c := counts{
 		table:        s + "." + quoteIdent(indexName(table, "counts")),
+		dues:         s + "." + quoteIdent(indexName(table, "dues")),
 		fn:           s + "." + quoteIdent(indexName(table, "count")),
 		parkedIndex:  s + "." + quoteIdent(indexName(table, "parked")),
 		claimedIndex: s + "." + quoteIdent(indexName(table, "claimed")),
@@ -62,11 +71,27 @@ func newCounts(s, t, table string) counts {
 	// Many Stats at once fold in turn: the first takes the lock, the others find it taken and
 	// only read. Under READ COMMITTED a row deleted by a fold that committed meanwhile is
 	// skipped, so each delta is summed once whoever folds it.
+	//
+	// The dues fold only the minutes that changed since the last fold: every row of those
+	// minutes becomes one folded row, none when they sum to 0, so the table keeps one row per
+	// minute with timeouts due. A fold that started before the last one committed does not see
+	// the folded rows that one made, and leaves them: a minute may have two folded rows until
+	// the next fold of it, which sums the same.
 	c.fold = fmt.Sprintf(`WITH turn AS (SELECT pg_try_advisory_xact_lock(%[2]d, 1) AS ours),
-folded AS (DELETE FROM %[1]s WHERE (SELECT ours FROM turn) RETURNING destination, pending, parked)
-INSERT INTO %[1]s (destination, pending, parked)
-SELECT destination, sum(pending), sum(parked) FROM folded GROUP BY destination
-HAVING sum(pending) <> 0 OR sum(parked) <> 0`, c.table, lockSpace(c.table))
+folded AS (DELETE FROM %[1]s WHERE (SELECT ours FROM turn) RETURNING destination, pending, parked),
+counted AS (INSERT INTO %[1]s (destination, pending, parked)
+	SELECT destination, sum(pending), sum(parked) FROM folded GROUP BY destination
+	HAVING sum(pending) <> 0 OR sum(parked) <> 0),
+merged AS (DELETE FROM %[3]s WHERE (SELECT ours FROM turn)
+	AND bucket IN (SELECT bucket FROM %[3]s WHERE NOT folded) RETURNING bucket, n)
+INSERT INTO %[3]s (bucket, n, folded) SELECT bucket, sum(n), true FROM merged GROUP BY bucket HAVING sum(n) <> 0`,
+		c.table, lockSpace(c.table), c.dues)
+	// No index: Stats reads every row, and a fold every row of the minutes it folds.
+	c.createDues = fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+	bucket timestamptz NOT NULL,
+	n bigint NOT NULL,
+	folded boolean NOT NULL DEFAULT false
+)`, c.dues)
 	c.createTable = fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 	destination text NOT NULL,
 	pending bigint NOT NULL,
@@ -76,28 +101,43 @@ HAVING sum(pending) <> 0 OR sum(parked) <> 0`, c.table, lockSpace(c.table))
 	// in pg_class, so that a role granted the timeouts table alone gets its Stats; folding
 	// needs the right to change them, and the triggers have it.
 	c.grantRead = fmt.Sprintf(`GRANT SELECT ON %s TO PUBLIC`, c.table)
+	c.grantReadDues = fmt.Sprintf(`GRANT SELECT ON %s TO PUBLIC`, c.dues)
 	// One row of deltas per destination a statement changed. A statement that inserts into a
 	// READ COMMITTED transaction folds now and then, so that the table stays small when nobody
 	// calls Stats; a caller's REPEATABLE READ or SERIALIZABLE transaction never does, where a
 	// concurrent fold's deletes would fail it.
+	//
+	// The dues get one row per minute a statement changed, of the timeouts not parked: parking
+	// takes one from its minute and unparking gives one back; a new due time (Reschedule, of a
+	// timeout not parked) moves one from its old minute to its new one.
 	body := fmt.Sprintf(`BEGIN
 	IF TG_OP = 'INSERT' THEN
 		INSERT INTO %[1]s (destination, pending, parked)
 		SELECT destination, count(*), count(parked_reason) FROM changed GROUP BY destination;
+		INSERT INTO %[3]s (bucket, n)
+		SELECT %[4]s, count(*) FROM changed WHERE parked_reason IS NULL GROUP BY 1;
 		IF random() < 0.001 AND current_setting('transaction_isolation') = 'read committed' THEN
 			%[2]s;
 		END IF;
 	ELSIF TG_OP = 'DELETE' THEN
 		INSERT INTO %[1]s (destination, pending, parked)
 		SELECT destination, -count(*), -count(parked_reason) FROM changed GROUP BY destination;
+		INSERT INTO %[3]s (bucket, n)
+		SELECT %[4]s, -count(*) FROM changed WHERE parked_reason IS NULL GROUP BY 1;
+	ELSIF TG_OP = 'UPDATE' AND (OLD.parked_reason IS NULL) = (NEW.parked_reason IS NULL) THEN
+		INSERT INTO %[3]s (bucket, n) VALUES (%[5]s, -1), (%[6]s, 1);
+	ELSIF TG_OP = 'UPDATE' AND NEW.parked_reason IS NULL THEN
+		INSERT INTO %[1]s (destination, pending, parked) VALUES (NEW.destination, 0, -1);
+		INSERT INTO %[3]s (bucket, n) VALUES (%[6]s, 1);
 	ELSIF TG_OP = 'UPDATE' THEN
-		INSERT INTO %[1]s (destination, pending, parked)
-		VALUES (NEW.destination, 0, CASE WHEN NEW.parked_reason IS NULL THEN -1 ELSE 1 END);
+		INSERT INTO %[1]s (destination, pending, parked) VALUES (NEW.destination, 0, 1);
+		INSERT INTO %[3]s (bucket, n) VALUES (%[5]s, -1);
 	ELSE
 		DELETE FROM %[1]s;
+		DELETE FROM %[3]s;
 	END IF;
 	RETURN NULL;
-END`, c.table, c.fold)
+END`, c.table, c.fold, c.dues, minute("due"), minute("OLD.due"), minute("NEW.due"))
 	// SECURITY DEFINER: a role granted the timeouts table alone (by a DBA who set it up) may
 	// change it, and the counts with it. Every name in the body is qualified.
 	c.createFunction = fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql
@@ -106,8 +146,9 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS %s`, c.fn, dollarQuote
 		c.dropTriggers = append(c.dropTriggers, fmt.Sprintf(`DROP TRIGGER IF EXISTS %s ON %s`, name, t))
 	}
 	// Statement triggers with transition tables: one row of deltas per statement, however many
-	// rows it changed. Parking is a row trigger on the parking reason alone, so claims, which
-	// update other columns, fire nothing.
+	// rows it changed. Parking is a row trigger on the parking reason alone, and a new due time
+	// one on the due time alone, so claims, which update other columns, fire nothing. (A
+	// trigger with a column list cannot have transition tables: Reschedule changes one row.)
 	c.createTriggers = []string{
 		fmt.Sprintf(`CREATE TRIGGER %s AFTER INSERT ON %s REFERENCING NEW TABLE AS changed
 	FOR EACH STATEMENT EXECUTE FUNCTION %s()`, countTriggers[0], t, c.fn),
@@ -116,28 +157,34 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS %s`, c.fn, dollarQuote
 		fmt.Sprintf(`CREATE TRIGGER %s AFTER UPDATE OF parked_reason ON %s FOR EACH ROW
 	WHEN ((OLD.parked_reason IS NULL) <> (NEW.parked_reason IS NULL)) EXECUTE FUNCTION %s()`, countTriggers[2], t, c.fn),
 		fmt.Sprintf(`CREATE TRIGGER %s AFTER TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION %s()`, countTriggers[3], t, c.fn),
+		fmt.Sprintf(`CREATE TRIGGER %s AFTER UPDATE OF due ON %s FOR EACH ROW
+	WHEN (OLD.due IS DISTINCT FROM NEW.due AND OLD.parked_reason IS NULL AND NEW.parked_reason IS NULL)
+	EXECUTE FUNCTION %s()`, countTriggers[4], t, c.fn),
 	}
 	// Writers wait while the counts start from the table as it is; readers do not.
 	c.lockTimeouts = fmt.Sprintf(`LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE`, t)
 	c.reset = []string{fmt.Sprintf(`DELETE FROM %s`, c.table), fmt.Sprintf(`INSERT INTO %s (destination, pending, parked)
-SELECT destination, count(*), count(parked_reason) FROM %s GROUP BY destination`, c.table, t)}
+SELECT destination, count(*), count(parked_reason) FROM %s GROUP BY destination`, c.table, t),
+		fmt.Sprintf(`DELETE FROM %s`, c.dues), fmt.Sprintf(`INSERT INTO %s (bucket, n, folded)
+SELECT %s, count(*), true FROM %s WHERE parked_reason IS NULL GROUP BY 1`, c.dues, minute("due"), t)}
 	// Few rows are parked, and parking is rare: the index costs stores and claims nothing. A
 	// claimed row enters the claimed index at its claim, which already writes every index.
 	c.createParkedIndex = fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (due, id) WHERE parked_reason IS NOT NULL`,
 		quoteIdent(indexName(table, "parked")), t)
 	c.createClaimedIndex = fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (available_at)
 WHERE available_at <> due AND parked_reason IS NULL`, quoteIdent(indexName(table, "claimed")), t)
-	// DueNow = due at now - (parked - parked due later). Each WHERE matches an index.
-	c.stats = fmt.Sprintf(`SELECT n.due, n.parked_later, n.claimed, n.earliest, n.latest,
-	c.destination, c.pending, c.parked
+	// DueNow = the dues of the minutes before now's + those due in now's minute up to now - the
+	// parked among them. Each WHERE on the timeouts matches an index.
+	c.stats = fmt.Sprintf(`SELECT n.due, n.claimed, n.earliest, n.latest, c.destination, c.pending, c.parked
 FROM (SELECT
-	(SELECT count(*) FROM %[1]s WHERE due <= $1) AS due,
-	(SELECT count(*) FROM %[1]s WHERE parked_reason IS NOT NULL AND due > $1) AS parked_later,
+	((SELECT COALESCE(sum(n), 0) FROM %[3]s WHERE bucket < %[4]s)
+	+ (SELECT count(*) FROM %[1]s WHERE due >= %[4]s AND due <= $1)
+	- (SELECT count(*) FROM %[1]s WHERE parked_reason IS NOT NULL AND due >= %[4]s AND due <= $1))::bigint AS due,
 	(SELECT count(*) FROM %[1]s WHERE available_at <> due AND parked_reason IS NULL AND available_at > $1) AS claimed,
 	(SELECT min(due) FROM %[1]s) AS earliest,
 	(SELECT max(due) FROM %[1]s) AS latest) AS n
 LEFT JOIN (SELECT destination, sum(pending) AS pending, sum(parked) AS parked FROM %[2]s
-	GROUP BY destination HAVING sum(pending) <> 0) AS c ON true`, t, c.table)
+	GROUP BY destination HAVING sum(pending) <> 0) AS c ON true`, t, c.table, c.dues, minute("$1::timestamptz"))
 	// Bucket b holds the timeouts due at or after the b-th bound and before the next: each
 	// half reads one index alone, (due, id) for every timeout and the parked timeouts' partial
 	// index, as far as the last bound.
@@ -166,7 +213,8 @@ func (c counts) installCounts(ctx context.Context, tx *sql.Tx, table string) err
 		table, countTriggers).Scan(&triggers); err != nil {
 		return err
 	}
-	stmts := []string{c.createParkedIndex, c.createClaimedIndex, c.createTable, c.grantRead, c.createFunction}
+	stmts := []string{c.createParkedIndex, c.createClaimedIndex, c.createTable, c.grantRead, c.createDues, c.grantReadDues,
+		c.createFunction}
 	if triggers != len(countTriggers) {
 		stmts = append(stmts, c.lockTimeouts)
 		stmts = append(stmts, c.dropTriggers...)
@@ -184,8 +232,9 @@ func (c counts) installCounts(ctx context.Context, tx *sql.Tx, table string) err
 // installed is the condition, on $1 the table, that the counts and their indexes exist.
 func (c counts) installed() string {
 	return fmt.Sprintf(`to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL
+	AND to_regclass(%s) IS NOT NULL
 	AND (SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname IN ('%s')) = %d`,
-		quoteLiteral(c.table), quoteLiteral(c.parkedIndex), quoteLiteral(c.claimedIndex),
+		quoteLiteral(c.table), quoteLiteral(c.parkedIndex), quoteLiteral(c.claimedIndex), quoteLiteral(c.dues),
 		strings.Join(countTriggers, "', '"), len(countTriggers))
 }
 
@@ -238,18 +287,17 @@ func (c counts) read(ctx context.Context, db *sql.DB, now time.Time) (persistenc
 	}
 	defer rows.Close()
 	st := persistence.Stats{ByDestination: map[string]int{}}
-	var parkedLater int
 	for rows.Next() {
 		var (
-			earliest, latest        sql.NullTime
-			destination             sql.NullString
-			pending, parked, dueAll sql.NullInt64
-			claimed                 int
+			earliest, latest sql.NullTime
+			destination      sql.NullString
+			pending, parked  sql.NullInt64
+			due, claimed     int
 		)
-		if err := rows.Scan(&dueAll, &parkedLater, &claimed, &earliest, &latest, &destination, &pending, &parked); err != nil {
+		if err := rows.Scan(&due, &claimed, &earliest, &latest, &destination, &pending, &parked); err != nil {
 			return persistence.Stats{}, fmt.Errorf("postgres: stats: %w", err)
 		}
-		st.DueNow, st.Claimed = int(dueAll.Int64), claimed
+		st.DueNow, st.Claimed = due, claimed
 		if earliest.Valid {
 			st.Earliest, st.Latest = earliest.Time.UTC(), latest.Time.UTC()
 		}
@@ -262,6 +310,5 @@ func (c counts) read(ctx context.Context, db *sql.DB, now time.Time) (persistenc
 	if err := rows.Err(); err != nil {
 		return persistence.Stats{}, fmt.Errorf("postgres: stats: %w", err)
 	}
-	st.DueNow -= st.Parked - parkedLater // the parked timeouts due at now
 	return st, nil
 }

@@ -44,10 +44,12 @@
 // deletes, parks or unparks timeouts appends one row of deltas per destination (concurrent
 // writers append, never update one row, so they do not wait for each other), a rollback takes
 // its rows back with it, and Stats, and now and then an insert, fold them into one row per
-// destination. DueNow and Claimed count index ranges: the (due, id) index up to now (as many
-// entries as timeouts are due), a partial index of the parked timeouts, and a partial index of
-// the claimed ones (as many entries as pollers hold). Earliest and Latest are the ends of the
-// (due, id) index. The trigger function runs as its owner (SECURITY DEFINER, with a fixed
+// destination. DueNow sums a second small table ("orders.timeouts_dues") of how many timeouts
+// not parked are due in each minute (in UTC), kept by the same triggers and folded by the same
+// calls, over the minutes before now's, and counts the rest of now's minute in the (due, id)
+// index, less the parked ones there (a partial index of the parked timeouts). Claimed counts a
+// partial index of the claimed timeouts (as many entries as pollers hold). Earliest and Latest
+// are the ends of the (due, id) index. The trigger function runs as its owner (SECURITY DEFINER, with a fixed
 // search_path), so a role granted only the timeouts table changes the counts with it, and every
 // role may read the counts, as it may read the table's size in the catalog.
 //
@@ -79,9 +81,10 @@
 // may list several hosts (postgres://user@host1:5432,host2:5432/db?target_session_attrs=read-write):
 // each connection goes to the first that answers as a primary.
 // SetupInfrastructure adds both columns, nullable, to a table an older version made (no rewrite);
-// until it has, CheckInfrastructure reports the table as not set up. It adds the counts, their
-// triggers and the two partial indexes the same way: the counts start from one full count of the
-// table, with its writers waiting for it, and until then Stats fails with persistence.ErrNotSetUp.
+// until it has, CheckInfrastructure reports the table as not set up. It adds the counts, the
+// dues, their triggers and the two partial indexes the same way: they start from one full count
+// of the table, with its writers waiting for it, and until then Stats fails with
+// persistence.ErrNotSetUp.
 //
 // Use New to run the store on a *sql.DB of your own (opened with the "pgx" driver, or with
 // stdlib.OpenDBFromPool on a pgxpool.Pool). pgx prepares and caches statements per connection;
