@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/timeoutmill/timeoutmill/critical"
@@ -138,18 +139,29 @@ var (
 	}
 )
 
-// overview reads the store (Stats, and one List of the earliest SampleSize timeouts) and the
-// manager's counters.
+// overview reads the store (Stats, CountDue, and one List of the earliest SampleSize timeouts)
+// and the manager's counters.
 func (s *server) overview(ctx context.Context) (overview, error) {
+	// The sample is read beside the counts, on another connection: it takes the longest at
+	// millions pending, and the counts need not wait for it.
+	var (
+		sample    []persistence.Timeout
+		sampleErr error
+		wg        sync.WaitGroup
+	)
+	wg.Go(func() {
+		sample, sampleErr = s.m.List(ctx, persistence.ListOptions{Limit: s.cfg.SampleSize})
+	})
 	st, err := s.m.Stats(ctx)
-	if err != nil {
-		return overview{}, err
-	}
 	// Stats takes its own now; the windows start at ours, taken after it, so a timeout Stats
 	// counted as due now is not counted again in the next minute.
 	now := time.Now()
-	sample, err := s.m.List(ctx, persistence.ListOptions{Limit: s.cfg.SampleSize})
-	if err != nil {
+	var exact dueBefore
+	if err == nil {
+		exact, err = s.countDue(ctx, now)
+	}
+	wg.Wait()
+	if err = cmp.Or(err, sampleErr); err != nil {
 		return overview{}, err
 	}
 	o := overview{
@@ -162,10 +174,6 @@ func (s *server) overview(ctx context.Context) (overview, error) {
 		if st.DueNow > 0 {
 			o.OldestOverdue = max(now.Sub(st.Earliest), 0).Seconds()
 		}
-	}
-	exact, err := s.countDue(ctx, now)
-	if err != nil {
-		return overview{}, err
 	}
 	o.Due = countWindows(summaryWindows, sample, o.Partial, now, st, exact)
 	o.DueHistogram = countWindows(histogramWindows, sample, o.Partial, now, st, exact)
