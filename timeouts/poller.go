@@ -324,6 +324,16 @@ func (p *poller) setPlanned(at time.Time) {
 	p.plannedWake.Store(at.UnixNano())
 }
 
+// confirmWait is how long an announcement waits for the broker's confirm. A confirm that comes
+// late is not a failure: the ids were announced. Given up on, they are announced again, and two
+// instances may then dispatch one id at once (a duplicate delivery). So it waits as long as the
+// dispatch breaker lets the stage go without a success, not one CallTimeout. It is at most a
+// quarter of the lease, so that a failed announcement is still retried before announceClaimed
+// gives up.
+func (p *poller) confirmWait() time.Duration {
+	return max(p.dispatch.CallTimeout(), min(p.dispatch.TimeToWait(), p.lease/4))
+}
+
 // announceClaimed announces a batch claimed at claimedAt, due by dueBy (zero: due already). The
 // ids of failed publishes are published again at the dispatch breaker's pace. A broker restart
 // should cost its own length, not a lease. This goes on for half the lease. After that another
@@ -361,7 +371,7 @@ func (p *poller) announceClaimed(ctx context.Context, ids []string, claimedAt, d
 // deadline bounds it. It finishes even when ctx is cancelled by a shutdown. Ids claimed but not
 // announced would wait for their lease to run out.
 func (p *poller) announce(ctx context.Context, ids []string, dueBy time.Time) error {
-	ctx, end := p.dispatch.Call(context.WithoutCancel(ctx))
+	ctx, end := p.dispatch.CallWithin(context.WithoutCancel(ctx), p.confirmWait())
 	err := p.announcer.PublishDue(ctx, ids, dueBy)
 	end(err)
 	return err
