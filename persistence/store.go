@@ -270,10 +270,11 @@ type Counter interface {
 // minute, hour, day"). If an Inspector does not implement DueCounter, or CountDue returns
 // ErrUnsupported, callers count from such a List and say the counts are estimates.
 //
-// Its cost grows with the timeouts due before the latest bound, not with the rest of the
-// table, in a store with an index on due times (PostgreSQL reads that index alone); a store
-// without one reads the whole table, as its Stats does. Every backend of this module implements
-// it; SQL Server's returns ErrUnsupported.
+// PostgreSQL's reads the table of dues per minute its Stats reads, and one minute of its due
+// index per bound: its cost does not grow with how many timeouts are due. MySQL/MariaDB's and
+// SQLite's read the timeouts due before the latest bound (the whole table without an index on
+// due times), as their Stats reads the whole table; the memory store's reads its map. SQL
+// Server's returns ErrUnsupported.
 type DueCounter interface {
 	// CountDue returns, for each of bounds, the number of stored timeouts that are not parked
 	// and are due before it (Due < bound), claimed or not: counts[i] is bounds[i]'s. The bounds

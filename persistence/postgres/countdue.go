@@ -9,10 +9,11 @@ import (
 )
 
 // CountDue counts the timeouts that are not parked and are due before each of bounds
-// (persistence.DueCounter), in one statement that reads the (due, id) index as far as the
-// latest bound, less the parked timeouts from their partial index: it reads as many index
-// entries as there are timeouts due before the latest bound, and none of the table's rows where
-// the visibility map is current (after a vacuum).
+// (persistence.DueCounter), in one statement, as Stats counts DueNow: the dues of the minutes
+// before each bound's, from the table of timeouts due per minute the count triggers keep, and
+// the timeouts due in the bound's own minute before it, from the (due, id) index less the
+// parked ones. It reads one row per minute that has timeouts due before the latest bound, and
+// the timeouts due in one minute per bound, however many are due.
 func (s *Store) CountDue(ctx context.Context, bounds []time.Time) ([]int, error) {
 	if err := sqlstore.Opened(s.c()); err != nil {
 		return nil, err
@@ -24,39 +25,48 @@ func (s *Store) CountDue(ctx context.Context, bounds []time.Time) ([]int, error)
 	if len(sorted) == 0 {
 		return []int{}, nil
 	}
-	rows, err := sqlstore.DB(s.core).QueryContext(ctx, s.q.counts.due, sorted, sorted[len(sorted)-1])
-	if err != nil {
+	// The minute of each bound, as the triggers truncate dues: in UTC.
+	minutes := make([]time.Time, len(sorted))
+	for i, b := range sorted {
+		minutes[i] = b.UTC().Truncate(time.Minute)
+	}
+	db := sqlstore.DB(s.core)
+	if err := s.q.counts.foldOn(ctx, db); err != nil {
 		return nil, fmt.Errorf("postgres: count due: %w", err)
 	}
+	rows, err := db.QueryContext(ctx, s.q.counts.due, sorted, minutes)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: count due: %w", notSetUp(err))
+	}
 	defer rows.Close()
-	// in[b] is how many are due in bucket b: before sorted[0] for 0, from sorted[b-1] to
-	// sorted[b] for the others.
-	in := make([]int, len(sorted))
+	// before[b] sums the dues of the minutes before bound b's and not before bound b-1's;
+	// within[b] counts those due in bound b's minute before it.
+	before, within := make([]int, len(sorted)), make([]int, len(sorted))
 	for rows.Next() {
 		var (
-			parked  bool
-			bucket  int
-			counted int
+			bucket, n int
+			inMinute  bool
 		)
-		if err := rows.Scan(&parked, &bucket, &counted); err != nil {
+		if err := rows.Scan(&bucket, &n, &inMinute); err != nil {
 			return nil, fmt.Errorf("postgres: count due: %w", err)
 		}
-		if bucket < 0 || bucket >= len(in) {
+		if bucket < 0 || bucket >= len(sorted) {
 			return nil, fmt.Errorf("postgres: count due: bucket %d of %d bounds", bucket, len(sorted))
 		}
-		if parked {
-			counted = -counted
+		if inMinute {
+			within[bucket] = n
+		} else {
+			before[bucket] += n
 		}
-		in[bucket] += counted
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: count due: %w", err)
 	}
 	counts := make([]int, len(sorted))
 	total := 0
-	for i, n := range in {
-		total += n
-		counts[i] = total
+	for i := range sorted {
+		total += before[i]
+		counts[i] = total + within[i]
 	}
 	return sqlstore.CountsOf(bounds, sorted, counts), nil
 }

@@ -185,12 +185,17 @@ FROM (SELECT
 	(SELECT max(due) FROM %[1]s) AS latest) AS n
 LEFT JOIN (SELECT destination, sum(pending) AS pending, sum(parked) AS parked FROM %[2]s
 	GROUP BY destination HAVING sum(pending) <> 0) AS c ON true`, t, c.table, c.dues, minute("$1::timestamptz"))
-	// Bucket b holds the timeouts due at or after the b-th bound and before the next: each
-	// half reads one index alone, (due, id) for every timeout and the parked timeouts' partial
-	// index, as far as the last bound.
-	c.due = fmt.Sprintf(`SELECT false, width_bucket(due, $1::timestamptz[]), count(*) FROM %[1]s WHERE due < $2 GROUP BY 2
+	// CountDue's statement. $1 are the bounds, sorted, and $2 the minutes they fall in: the
+	// first rows sum the dues of the minutes before each bound's (width_bucket b: those before
+	// the minute of bound b, 0-based, and not before the one of bound b-1); the others count,
+	// for each bound, the timeouts due in its minute before it, less the parked ones, in the
+	// (due, id) index and the parked timeouts' partial index.
+	c.due = fmt.Sprintf(`SELECT width_bucket(bucket, $2::timestamptz[]), sum(n)::bigint, false FROM %[2]s
+WHERE bucket < (SELECT max(m) FROM unnest($2::timestamptz[]) AS m) GROUP BY 1
 UNION ALL
-SELECT true, width_bucket(due, $1::timestamptz[]), count(*) FROM %[1]s WHERE parked_reason IS NOT NULL AND due < $2 GROUP BY 2`, t)
+SELECT (u.i - 1)::int, (SELECT count(*) FROM %[1]s WHERE due >= u.m AND due < u.x)
+	- (SELECT count(*) FROM %[1]s WHERE parked_reason IS NOT NULL AND due >= u.m AND due < u.x), true
+FROM unnest($1::timestamptz[], $2::timestamptz[]) WITH ORDINALITY AS u(x, m, i)`, t, c.dues)
 	c.total = fmt.Sprintf(`SELECT COALESCE(sum(pending), 0), COALESCE(sum(parked), 0) FROM %s`, c.table)
 	return c
 }
