@@ -267,8 +267,14 @@ func (s *scale) close() error {
 	if s.store != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if _, err := s.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+s.table); err != nil {
-			errs = append(errs, fmt.Errorf("dropping %s: %w", s.table, err))
+		// The counts' tables and trigger function go with the table: nothing of the row stays.
+		for _, drop := range []string{`DROP TABLE IF EXISTS ` + s.table,
+			`DROP TABLE IF EXISTS ` + quote("public") + "." + quote(s.endpoint+".timeouts_counts"),
+			`DROP TABLE IF EXISTS ` + quote("public") + "." + quote(s.endpoint+".timeouts_dues"),
+			`DROP FUNCTION IF EXISTS ` + quote("public") + "." + quote(s.endpoint+".timeouts_count") + `()`} {
+			if _, err := s.db.ExecContext(ctx, drop); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", drop, err))
+			}
 		}
 		errs = append(errs, s.store.Close())
 	}
