@@ -47,6 +47,8 @@ type counts struct {
 	lockTimeouts                           string
 	dropTriggers, createTriggers, reset    []string
 	fold, stats, total                     string
+	// foldCounts folds the counts alone, for Count.
+	foldCounts string
 	// due counts, for CountDue, the timeouts in each bucket of due times, and apart the parked.
 	due string
 }
@@ -77,8 +79,13 @@ func newCounts(s, t, table string) counts {
 	// minute with timeouts due. A fold that started before the last one committed does not see
 	// the folded rows that one made, and leaves them: a minute may have two folded rows until
 	// the next fold of it, which sums the same.
-	c.fold = fmt.Sprintf(`WITH turn AS (SELECT pg_try_advisory_xact_lock(%[2]d, 1) AS ours),
-folded AS (DELETE FROM %[1]s WHERE (SELECT ours FROM turn) RETURNING destination, pending, parked),
+	foldCounts := `WITH turn AS (SELECT pg_try_advisory_xact_lock(%[2]d, 1) AS ours),
+folded AS (DELETE FROM %[1]s WHERE (SELECT ours FROM turn) RETURNING destination, pending, parked)`
+	c.foldCounts = fmt.Sprintf(foldCounts+`
+INSERT INTO %[1]s (destination, pending, parked)
+SELECT destination, sum(pending), sum(parked) FROM folded GROUP BY destination
+HAVING sum(pending) <> 0 OR sum(parked) <> 0`, c.table, lockSpace(c.table))
+	c.fold = fmt.Sprintf(foldCounts+`,
 counted AS (INSERT INTO %[1]s (destination, pending, parked)
 	SELECT destination, sum(pending), sum(parked) FROM folded GROUP BY destination
 	HAVING sum(pending) <> 0 OR sum(parked) <> 0),
@@ -253,7 +260,7 @@ func (s *Store) Count(ctx context.Context) (pending, parked int, err error) {
 		return 0, 0, err
 	}
 	db := sqlstore.DB(s.core)
-	if err := s.q.counts.foldOn(ctx, db); err != nil {
+	if err := fold(ctx, db, s.q.counts.foldCounts); err != nil {
 		return 0, 0, fmt.Errorf("postgres: count: %w", err)
 	}
 	if err := db.QueryRowContext(ctx, s.q.counts.total).Scan(&pending, &parked); err != nil {
@@ -262,11 +269,13 @@ func (s *Store) Count(ctx context.Context) (pending, parked int, err error) {
 	return pending, parked, nil
 }
 
-// foldOn folds the counts on db unless another call is folding them. A fold that fails, on a
-// standby or without the right to write, leaves the counts as exact, only longer to sum: only a
-// cancelled ctx is an error.
-func (c counts) foldOn(ctx context.Context, db *sql.DB) error {
-	if _, err := db.ExecContext(ctx, c.fold); err != nil && ctx.Err() != nil {
+// foldOn folds the counts and the dues on db unless another call is folding them.
+func (c counts) foldOn(ctx context.Context, db *sql.DB) error { return fold(ctx, db, c.fold) }
+
+// fold runs statement, a fold, on db. A fold that fails, on a standby or without the right to
+// write, leaves the counts as exact, only longer to sum: only a cancelled ctx is an error.
+func fold(ctx context.Context, db *sql.DB, statement string) error {
+	if _, err := db.ExecContext(ctx, statement); err != nil && ctx.Err() != nil {
 		return err
 	}
 	return nil
@@ -281,12 +290,29 @@ func notSetUp(err error) error {
 	return err
 }
 
+// indexesOnly makes the planner of its transaction read the indexes Stats' statement is written
+// for. From the table's statistics it reckons nearly every row claimed (available_at <> due
+// holds for most rows by its estimate, and available_at > now for all not yet due), so it would
+// read the whole table, and compile the plan (JIT) for that cost; and a bitmap scan of the
+// claimed index visits the table for every entry of a claim that ended, where an index scan
+// marks them dead for the next Stats.
+const indexesOnly = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+	set_config('jit', 'off', true)`
+
 // read is Dialect.Stats on db: it folds the counts, then reads every number in one statement.
 func (c counts) read(ctx context.Context, db *sql.DB, now time.Time) (persistence.Stats, error) {
 	if err := c.foldOn(ctx, db); err != nil {
 		return persistence.Stats{}, fmt.Errorf("postgres: stats: %w", err)
 	}
-	rows, err := db.QueryContext(ctx, c.stats, now)
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return persistence.Stats{}, fmt.Errorf("postgres: stats: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read only: nothing to keep
+	if _, err := tx.ExecContext(ctx, indexesOnly); err != nil {
+		return persistence.Stats{}, fmt.Errorf("postgres: stats: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, c.stats, now)
 	if err != nil {
 		return persistence.Stats{}, fmt.Errorf("postgres: stats: %w", notSetUp(err))
 	}
