@@ -55,8 +55,10 @@
 // CheckInfrastructure, and Open with MustExist, report it not set up.
 //
 // List reads an index on due, so that a page costs the same at a million timeouts as at a few.
-// SetupInfrastructure (and Open) add it to a table an older version made: once, a few seconds
-// per million timeouts. Until then List works, but every page sorts the whole table.
+// SetupInfrastructure (and Open) add it to a table an older version made, once; the store's
+// writes wait while it is built, longer the more timeouts the table holds. Until then List works,
+// but every page sorts the whole table. Each Store writes to the index too: little when due times
+// rise as timeouts are stored, a page of its own when they are scattered.
 //
 // The store has no clock of its own (it does not implement persistence.Clocked): the processes that
 // share a database file run on one machine and read one clock, which decides when a timeout is due.
