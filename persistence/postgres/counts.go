@@ -74,25 +74,25 @@ func newCounts(s, t, table string) counts {
 	// only read. Under READ COMMITTED a row deleted by a fold that committed meanwhile is
 	// skipped, so each delta is summed once whoever folds it.
 	//
-	// The dues fold only the minutes that changed since the last fold: every row of those
-	// minutes becomes one folded row, none when they sum to 0, so the table keeps one row per
-	// minute with timeouts due. A fold that started before the last one committed does not see
-	// the folded rows that one made, and leaves them: a minute may have two folded rows until
-	// the next fold of it, which sums the same.
-	foldCounts := `WITH turn AS (SELECT pg_try_advisory_xact_lock(%[2]d, 1) AS ours),
-folded AS (DELETE FROM %[1]s WHERE (SELECT ours FROM turn) RETURNING destination, pending, parked)`
-	c.foldCounts = fmt.Sprintf(foldCounts+`
+	c.foldCounts = fmt.Sprintf(`WITH turn AS (SELECT pg_try_advisory_xact_lock(%[2]d, 1) AS ours),
+folded AS (DELETE FROM %[1]s WHERE (SELECT ours FROM turn) RETURNING destination, pending, parked)
 INSERT INTO %[1]s (destination, pending, parked)
 SELECT destination, sum(pending), sum(parked) FROM folded GROUP BY destination
 HAVING sum(pending) <> 0 OR sum(parked) <> 0`, c.table, lockSpace(c.table))
-	c.fold = fmt.Sprintf(foldCounts+`,
-counted AS (INSERT INTO %[1]s (destination, pending, parked)
+	// The dues fold only the minutes that changed since the last fold: every row of those
+	// minutes becomes one folded row, none when they sum to 0, so the table keeps one row per
+	// minute with timeouts due. Each statement reads after the lock is taken, so it sees the
+	// rows the last fold made (a statement that read before would leave them beside its own,
+	// and a minute whose rows sum to 0 would keep them until it changed again).
+	foldBody := fmt.Sprintf(`IF pg_try_advisory_xact_lock(%[2]d, 1) THEN
+	WITH folded AS (DELETE FROM %[1]s RETURNING destination, pending, parked)
+	INSERT INTO %[1]s (destination, pending, parked)
 	SELECT destination, sum(pending), sum(parked) FROM folded GROUP BY destination
-	HAVING sum(pending) <> 0 OR sum(parked) <> 0),
-merged AS (DELETE FROM %[3]s WHERE (SELECT ours FROM turn)
-	AND bucket IN (SELECT bucket FROM %[3]s WHERE NOT folded) RETURNING bucket, n)
-INSERT INTO %[3]s (bucket, n, folded) SELECT bucket, sum(n), true FROM merged GROUP BY bucket HAVING sum(n) <> 0`,
-		c.table, lockSpace(c.table), c.dues)
+	HAVING sum(pending) <> 0 OR sum(parked) <> 0;
+	WITH merged AS (DELETE FROM %[3]s WHERE bucket IN (SELECT bucket FROM %[3]s WHERE NOT folded) RETURNING bucket, n)
+	INSERT INTO %[3]s (bucket, n, folded) SELECT bucket, sum(n), true FROM merged GROUP BY bucket HAVING sum(n) <> 0;
+END IF;`, c.table, lockSpace(c.table), c.dues)
+	c.fold = "DO " + dollarQuote("BEGIN\n"+foldBody+"\nEND")
 	// No index: Stats reads every row, and a fold every row of the minutes it folds.
 	c.createDues = fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 	bucket timestamptz NOT NULL,
@@ -124,7 +124,7 @@ INSERT INTO %[3]s (bucket, n, folded) SELECT bucket, sum(n), true FROM merged GR
 		INSERT INTO %[3]s (bucket, n)
 		SELECT %[4]s, count(*) FROM changed WHERE parked_reason IS NULL GROUP BY 1;
 		IF random() < 0.001 AND current_setting('transaction_isolation') = 'read committed' THEN
-			%[2]s;
+			%[2]s
 		END IF;
 	ELSIF TG_OP = 'DELETE' THEN
 		INSERT INTO %[1]s (destination, pending, parked)
@@ -144,7 +144,7 @@ INSERT INTO %[3]s (bucket, n, folded) SELECT bucket, sum(n), true FROM merged GR
 		DELETE FROM %[3]s;
 	END IF;
 	RETURN NULL;
-END`, c.table, c.fold, c.dues, minute("due"), minute("OLD.due"), minute("NEW.due"))
+END`, c.table, foldBody, c.dues, minute("due"), minute("OLD.due"), minute("NEW.due"))
 	// SECURITY DEFINER: a role granted the timeouts table alone (by a DBA who set it up) may
 	// change it, and the counts with it. Every name in the body is qualified.
 	c.createFunction = fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql
@@ -180,8 +180,8 @@ SELECT %s, count(*), true FROM %s WHERE parked_reason IS NULL GROUP BY 1`, c.due
 		quoteIdent(indexName(table, "parked")), t)
 	c.createClaimedIndex = fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (available_at)
 WHERE available_at <> due AND parked_reason IS NULL`, quoteIdent(indexName(table, "claimed")), t)
-	// DueNow = the dues of the minutes before now's + those due in now's minute up to now - the
-	// parked among them. Each WHERE on the timeouts matches an index.
+	// DueNow = the dues of the minutes before now's ($2) + those due in now's minute up to now
+	// ($1) - the parked among them. Each WHERE on the timeouts matches an index.
 	c.stats = fmt.Sprintf(`SELECT n.due, n.claimed, n.earliest, n.latest, c.destination, c.pending, c.parked
 FROM (SELECT
 	((SELECT COALESCE(sum(n), 0) FROM %[3]s WHERE bucket < %[4]s)
@@ -191,7 +191,7 @@ FROM (SELECT
 	(SELECT min(due) FROM %[1]s) AS earliest,
 	(SELECT max(due) FROM %[1]s) AS latest) AS n
 LEFT JOIN (SELECT destination, sum(pending) AS pending, sum(parked) AS parked FROM %[2]s
-	GROUP BY destination HAVING sum(pending) <> 0) AS c ON true`, t, c.table, c.dues, minute("$1::timestamptz"))
+	GROUP BY destination HAVING sum(pending) <> 0) AS c ON true`, t, c.table, c.dues, "$2::timestamptz")
 	// CountDue's statement. $1 are the bounds, sorted, and $2 the minutes they fall in: the
 	// first rows sum the dues of the minutes before each bound's (width_bucket b: those before
 	// the minute of bound b, 0-based, and not before the one of bound b-1); the others count,
@@ -312,7 +312,9 @@ func (c counts) read(ctx context.Context, db *sql.DB, now time.Time) (persistenc
 	if _, err := tx.ExecContext(ctx, indexesOnly); err != nil {
 		return persistence.Stats{}, fmt.Errorf("postgres: stats: %w", err)
 	}
-	rows, err := tx.QueryContext(ctx, c.stats, now)
+	// now's minute, as the triggers truncate due times (in UTC), made here rather than in the
+	// statement, where it would be made again for every row of the dues.
+	rows, err := tx.QueryContext(ctx, c.stats, now, now.UTC().Truncate(time.Minute))
 	if err != nil {
 		return persistence.Stats{}, fmt.Errorf("postgres: stats: %w", notSetUp(err))
 	}
