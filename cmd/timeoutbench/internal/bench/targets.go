@@ -42,6 +42,19 @@ func (f finder) figure(system string, kind Kind, name string) (float64, bool) {
 	return v, ok
 }
 
+// steering compares each steering call's p50 on the full store with the empty store's, printed
+// with the given decimals: met when none takes more than twice as long.
+func steering(large, small Result, decimals int) (measured, met string) {
+	var calls []string
+	ok := true
+	for _, op := range steeringOps {
+		v, v0 := large.Figures[op.name+"_p50_ms"], small.Figures[op.name+"_p50_ms"]
+		calls = append(calls, fmt.Sprintf("%s %.*f vs %.*f", op.name, decimals, v, decimals, v0))
+		ok = ok && v <= 2*v0
+	}
+	return "p50 in ms, full vs empty: " + strings.Join(calls, ", "), verdict(ok)
+}
+
 func verdict(ok bool) string {
 	if ok {
 		return "yes"
@@ -184,15 +197,7 @@ func scaleTargets(results []Result) []Target {
 		claimT.Measured = fmt.Sprintf("claim of %d due ids: p50 %.1f ms, max %.1f ms (empty store: p50 %.1f ms); poll with nothing due: p50 %.2f ms (empty store: %.2f ms)",
 			scaleClaimBatch, p50, worst, p50Empty, large.Figures["poll_p50_ms"], small.Figures["poll_p50_ms"])
 		claimT.Met = verdict(p50 <= 2*p50Empty)
-		var calls []string
-		met := true
-		for _, op := range steeringOps {
-			v, v0 := large.Figures[op.name+"_p50_ms"], small.Figures[op.name+"_p50_ms"]
-			calls = append(calls, fmt.Sprintf("%s %.2f vs %.2f", op.name, v, v0))
-			met = met && v <= 2*v0
-		}
-		steerT.Measured = "p50 in ms, full vs empty: " + strings.Join(calls, ", ")
-		steerT.Met = verdict(met)
+		steerT.Measured, steerT.Met = steering(large, small, 2)
 		if v, ok := large.Figures["stats_p50_ms"]; ok {
 			statsT.Measured = fmt.Sprintf("p50 %.1f ms (empty store: %.1f ms)", v, small.Figures["stats_p50_ms"])
 			statsT.Met = verdict(v <= statsTargetMillis)
