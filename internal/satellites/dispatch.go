@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/timeoutmill/timeoutmill/satellites"
@@ -113,6 +114,19 @@ type Dispatch struct {
 	// recording holds a token per call that records a failed forward in the store. Many forwards
 	// failing at once then queue here, not for the store's connections inside their deadline.
 	recording chan struct{}
+	// suspects counts, per timeout id, the forwards in a row that the broker did not confirm in
+	// time (see unconfirmedAgain). A confirmed forward clears its id.
+	suspectsMu sync.Mutex
+	suspects   map[string]suspect
+	// confirmations counts the forwards the broker confirmed.
+	confirmations atomic.Uint64
+}
+
+// suspect is a timeout whose forwards went unconfirmed: how many in a row, and the
+// confirmations counted when the first of them did.
+type suspect struct {
+	unconfirmed int
+	since       uint64
 }
 
 var _ Satellite = (*Dispatch)(nil)
@@ -131,7 +145,8 @@ func NewDispatch(cfg DispatchConfig, logger watermill.LoggerAdapter) (*Dispatch,
 	queue := wire.DispatcherQueue(cfg.Endpoint)
 	cfg.Publisher = GuardedPublisher{Publisher: cfg.Publisher, Breaker: cfg.Breaker, Timeout: confirmWait(cfg.Breaker)}
 	d := &Dispatch{cfg: cfg, queue: queue, logger: loggerOrNop(logger).With(watermill.LogFields{"queue": queue}),
-		calls: guardedCalls{batchCalls(cfg.Store), cfg.Breaker}, recording: make(chan struct{}, maxRecording)}
+		calls: guardedCalls{batchCalls(cfg.Store), cfg.Breaker}, recording: make(chan struct{}, maxRecording),
+		suspects: map[string]suspect{}}
 	if cfg.Forwarder != nil {
 		if fwd, ok := cfg.Forwarder.(satellites.BatchForwarder); ok {
 			d.forwarder = fwd
@@ -161,6 +176,17 @@ const maxRecording = 4
 
 // maxAlone bounds the forwards of a refused batch that are dispatched again alone at once.
 const maxAlone = 16
+
+// maxUnconfirmed is how many forwards of one timeout in a row may go unconfirmed, while the
+// broker confirms others, before the message itself is suspected, not the broker's load: a
+// message of many megabytes on a link too slow to confirm it within the wait, say. Its batch is
+// then published alone, and alone it counts an attempt, on the way to the error queue. So no
+// message is retried forever. A broker that confirms nothing trips the dispatch breaker instead.
+const maxUnconfirmed = 3
+
+// maxSuspects bounds the ids counted in suspects. Past it the counts start over: that many
+// messages unconfirmed at once is the broker's load, not one message.
+const maxSuspects = 4096
 
 // Name is the router handler's name.
 func (d *Dispatch) Name() string { return d.queue }
@@ -398,11 +424,34 @@ func (d *Dispatch) publishAndRemove(found []forward) {
 		}
 		if err := d.cfg.Publisher.Publish(dest, msgs...); err != nil {
 			if d.unconfirmed(err) {
-				failed.Add(1)
-				go func() {
-					defer failed.Done()
-					d.slowBroker(fs, dest, err)
-				}()
+				switch {
+				case !d.unconfirmedAgain(fs):
+					failed.Add(1)
+					go func() {
+						defer failed.Done()
+						d.slowBroker(fs, dest, err)
+					}()
+				case len(fs) > 1:
+					// One of them has gone unconfirmed too often: each goes alone, so that the
+					// others are confirmed and only that one counts its attempts.
+					d.logger.Info("A due message has not been confirmed in time too often; publishing its batch one by one",
+						watermill.LogFields{"count": len(fs), "destination": dest, "error": err.Error()})
+					if d.cfg.OnRepublishedAlone != nil {
+						d.cfg.OnRepublishedAlone(len(fs))
+					}
+					for _, f := range fs {
+						alone = append(alone, f.req)
+					}
+				default:
+					f := fs[0]
+					d.forget(f.t.ID)
+					failed.Add(1)
+					go func() {
+						defer failed.Done()
+						f.req.Finish(d.forwardFailed(f.req.Item.msg, f.t, f.out,
+							fmt.Errorf("not confirmed in time %d times in a row: %w", maxUnconfirmed, err)))
+					}()
+				}
 				continue
 			}
 			if len(fs) > 1 && !connloss.Is(err) && !d.stopping() {
@@ -438,6 +487,7 @@ func (d *Dispatch) publishAndRemove(found []forward) {
 			continue
 		}
 		for _, f := range fs {
+			d.confirmed(f.t.ID)
 			d.dispatched(f.t)
 		}
 		sent = append(sent, fs...)
@@ -465,6 +515,44 @@ func (d *Dispatch) eachAlone(reqs []*batcher.Request[due]) {
 	wg.Wait()
 }
 
+// unconfirmedAgain counts one more unconfirmed forward of each of fs, and reports whether one
+// of them has now gone unconfirmed maxUnconfirmed times in a row while the broker confirmed
+// other forwards.
+func (d *Dispatch) unconfirmedAgain(fs []forward) bool {
+	d.suspectsMu.Lock()
+	defer d.suspectsMu.Unlock()
+	if len(d.suspects)+len(fs) > maxSuspects {
+		clear(d.suspects)
+	}
+	confirmations := d.confirmations.Load()
+	found := false
+	for _, f := range fs {
+		s, ok := d.suspects[f.t.ID]
+		if !ok {
+			s.since = confirmations
+		}
+		s.unconfirmed++
+		d.suspects[f.t.ID] = s
+		found = found || (s.unconfirmed >= maxUnconfirmed && confirmations > s.since)
+	}
+	return found
+}
+
+// confirmed counts a confirmed forward and forgets the unconfirmed ones of timeout id.
+func (d *Dispatch) confirmed(id string) {
+	d.confirmations.Add(1)
+	d.suspectsMu.Lock()
+	delete(d.suspects, id)
+	d.suspectsMu.Unlock()
+}
+
+// forget forgets the unconfirmed forwards of timeout id, which counts an attempt now.
+func (d *Dispatch) forget(id string) {
+	d.suspectsMu.Lock()
+	delete(d.suspects, id)
+	d.suspectsMu.Unlock()
+}
+
 // unconfirmed reports whether a publish failed only because its deadline passed before the
 // broker confirmed it. The broker is slow or out of reach; no message is at fault. Each may even
 // have been delivered.
@@ -475,7 +563,8 @@ func (d *Dispatch) unconfirmed(err error) bool {
 // slowBroker answers forwards whose publish was not confirmed in time (see unconfirmed). As with
 // a lost connection, no attempt is counted, nothing goes to the error queue, and nothing is
 // published again alone. Those would add work to an overloaded broker and its store, and turn
-// slowness into failures. The breaker paces the retry (its RetryDelay), once for all of them,
+// slowness into failures. (Until one message has gone unconfirmed maxUnconfirmed times in a
+// row: see unconfirmedAgain.) The breaker paces the retry (its RetryDelay), once for all of them,
 // and trips only if the stage has no success for its wait. The dispatcher messages are nacked.
 // A message whose confirm merely came late is delivered twice: at least once.
 func (d *Dispatch) slowBroker(fs []forward, dest string, cause error) {

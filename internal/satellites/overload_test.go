@@ -264,3 +264,120 @@ func TestFailedBatchRemovalRemovesAFewAtATime(t *testing.T) {
 		require.LessOrEqual(t, store.maxInFlight.Load(), int32(16), "removed a few at a time, not %d at once", len(ids))
 	})
 }
+
+// stuckMessagePublisher confirms every publish to topic at once but one that holds the message
+// stuck, which it takes and never confirms: a message of many megabytes on a slow link, say.
+type stuckMessagePublisher struct {
+	recordingPublisher
+	topic, stuck string
+}
+
+func (p *stuckMessagePublisher) Publish(topic string, msgs ...*message.Message) error {
+	if err := p.recordingPublisher.Publish(topic, msgs...); err != nil || topic != p.topic {
+		return err
+	}
+	for _, m := range msgs {
+		if m.UUID == p.stuck {
+			<-msgs[0].Context().Done()
+			return fmt.Errorf("waiting for the confirm of message %s: %w", m.UUID, msgs[0].Context().Err())
+		}
+	}
+	return nil
+}
+
+// confirmOther forwards one more timeout that the broker confirms: traffic beside a stuck message.
+func (b *overloadBundle) confirmOther(t *testing.T) {
+	t.Helper()
+	require.NoError(t, b.dispatch.Handle(dispatcherqueue.Encode(b.storeDue(t, 1, "payments")...)))
+}
+
+// TestAMessageNeverConfirmedIsNotRetriedForever: a message the broker never confirms, while it
+// confirms the others, is at first taken for the broker's slowness (no attempt counted). After
+// a few unconfirmed forwards in a row its batch, if it has others, is published alone: they are
+// delivered, and the stuck one counts an attempt, which with NumberOfRetries 0 sends it to the
+// error queue with the reason. Every dispatcher message settles within a few redeliveries.
+func TestAMessageNeverConfirmedIsNotRetriedForever(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		pub := &stuckMessagePublisher{topic: "payments"}
+		b := setupOverload(t, pub, 0)
+		ids := b.storeDue(t, 10, "payments")
+		pub.stuck = ids[3]
+
+		pending, rounds := ids, 0
+		for ; len(pending) > 0 && rounds < 10; rounds++ { // each nacked dispatcher message is redelivered
+			var next []string
+			for i, err := range handleAtOnce(b.dispatch, pending) {
+				if err != nil {
+					next = append(next, pending[i])
+				}
+			}
+			pending = next
+			b.confirmOther(t)
+		}
+		require.Empty(t, pending, "every dispatcher message settled (after %d rounds)", rounds)
+		require.LessOrEqual(t, rounds, 4, "a few unconfirmed forwards, then the batch alone")
+
+		failed := pub.to(wire.DefaultErrorQueue)
+		require.Len(t, failed, 1, "only the stuck message goes to the error queue")
+		require.Equal(t, pub.stuck, failed[0].UUID)
+		require.Contains(t, failed[0].Metadata.Get(wire.HeaderFailureReason), "not confirmed in time")
+		delivered := map[string]bool{}
+		for _, m := range pub.to("payments") {
+			delivered[m.UUID] = true
+		}
+		for _, id := range ids {
+			require.True(t, delivered[id], "%s was published to its destination", id)
+		}
+		st, err := b.store.Stats(context.Background(), time.Now())
+		require.NoError(t, err)
+		require.Zero(t, st.Pending, "the delivered ones removed, the stuck one moved to the error queue")
+	})
+}
+
+// TestAStuckMessageSharingABatchIsPublishedAlone: the due ids come in one dispatcher message, so
+// the stuck message shares its batch. After a few unconfirmed forwards in a row the batch is
+// published alone: the others are delivered and removed, the stuck one goes to the error queue.
+func TestAStuckMessageSharingABatchIsPublishedAlone(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		pub := &stuckMessagePublisher{topic: "payments"}
+		b := setupOverload(t, pub, 0)
+		ids := b.storeDue(t, 10, "payments")
+		pub.stuck = ids[3]
+
+		rounds := 1
+		for ; b.dispatch.Handle(dispatcherqueue.Encode(ids...)) != nil && rounds < 10; rounds++ { // redelivered while nacked
+			b.confirmOther(t)
+		}
+		require.Less(t, rounds, 10, "the dispatcher message settled")
+		require.NotZero(t, b.alone.Load(), "the batch was published again alone")
+		failed := pub.to(wire.DefaultErrorQueue)
+		require.Len(t, failed, 1, "only the stuck message goes to the error queue")
+		require.Equal(t, pub.stuck, failed[0].UUID)
+		st, err := b.store.Stats(context.Background(), time.Now())
+		require.NoError(t, err)
+		require.Zero(t, st.Pending)
+	})
+}
+
+// TestABrokerThatConfirmsNothingSuspectsNoMessage: with no forward confirmed at all, repeated
+// unconfirmed forwards are the broker's outage, which the dispatch breaker answers: no attempt is
+// counted, nothing goes to the error queue, however many times the message is redelivered.
+func TestABrokerThatConfirmsNothingSuspectsNoMessage(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		pub := &stuckMessagePublisher{topic: "payments"}
+		b := setupOverload(t, pub, 0)
+		ids := b.storeDue(t, 1, "payments")
+		pub.stuck = ids[0]
+		for range 2 * 3 { // twice the forwards in a row that suspect a message
+			require.ErrorIs(t, b.dispatch.Handle(dispatcherqueue.Encode(ids...)), context.DeadlineExceeded)
+		}
+		require.Empty(t, pub.to(wire.DefaultErrorQueue))
+		kept, err := b.store.Peek(context.Background(), ids[0])
+		require.NoError(t, err)
+		require.Zero(t, kept.FailureCount, "no attempt counted")
+		require.Zero(t, b.alone.Load())
+	})
+}
