@@ -51,23 +51,32 @@ func (p *lateConfirmPublisher) Publish(topic string, msgs ...*message.Message) e
 	}
 }
 
+// inFlight counts the calls in flight and the most there were at once.
+type inFlight struct{ now, max atomic.Int32 }
+
+// enter counts a call in; the function it returns counts it out.
+func (f *inFlight) enter() (leave func()) {
+	n := f.now.Add(1)
+	for {
+		m := f.max.Load()
+		if n <= m || f.max.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	return func() { f.now.Add(-1) }
+}
+
 // slowRecordStore is a memory store whose IncrementFailureCount takes a while, as a row update
 // on a busy database does. It counts the calls and the most in flight at once.
 type slowRecordStore struct {
 	memStore
-	calls, inFlight, maxInFlight atomic.Int32
+	calls    atomic.Int32
+	inFlight inFlight
 }
 
 func (s *slowRecordStore) IncrementFailureCount(ctx context.Context, id string) (bool, error) {
 	s.calls.Add(1)
-	n := s.inFlight.Add(1)
-	defer s.inFlight.Add(-1)
-	for {
-		m := s.maxInFlight.Load()
-		if n <= m || s.maxInFlight.CompareAndSwap(m, n) {
-			break
-		}
-	}
+	defer s.inFlight.enter()()
 	time.Sleep(50 * time.Millisecond) // fake time in the tests' bubbles: the update's round trip
 	return s.memStore.IncrementFailureCount(ctx, id)
 }
@@ -202,7 +211,7 @@ func TestRefusedBatchIsCountedAndRecordsItsFailuresAFewAtATime(t *testing.T) {
 		}
 		require.Equal(t, int32(len(ids)), b.alone.Load(), "every message of the refused batches was published again alone")
 		require.Equal(t, int32(len(ids)), b.store.calls.Load(), "one attempt recorded for each")
-		require.LessOrEqual(t, b.store.maxInFlight.Load(), int32(4), "failures recorded a few at a time, not %d at once", len(ids))
+		require.LessOrEqual(t, b.store.inFlight.max.Load(), int32(4), "failures recorded a few at a time, not %d at once", len(ids))
 		for _, id := range ids {
 			kept, err := b.store.Peek(context.Background(), id)
 			require.NoError(t, err)
@@ -216,21 +225,14 @@ func TestRefusedBatchIsCountedAndRecordsItsFailuresAFewAtATime(t *testing.T) {
 // does, and whose removal of one takes a while. It counts the most removals in flight at once.
 type slowRemoveStore struct {
 	memStore
-	inFlight, maxInFlight atomic.Int32
+	inFlight inFlight
 }
 
 func (s *slowRemoveStore) RemoveMany(ctx context.Context, ids []string) ([]string, error) {
 	if len(ids) > 1 {
 		return nil, context.DeadlineExceeded
 	}
-	n := s.inFlight.Add(1)
-	defer s.inFlight.Add(-1)
-	for {
-		m := s.maxInFlight.Load()
-		if n <= m || s.maxInFlight.CompareAndSwap(m, n) {
-			break
-		}
-	}
+	defer s.inFlight.enter()()
 	time.Sleep(50 * time.Millisecond) // fake time in the tests' bubbles: the delete's round trip
 	return s.memStore.RemoveMany(ctx, ids)
 }
@@ -261,7 +263,7 @@ func TestFailedBatchRemovalRemovesAFewAtATime(t *testing.T) {
 		st, err := store.Stats(context.Background(), time.Now())
 		require.NoError(t, err)
 		require.Zero(t, st.Pending, "each removed alone")
-		require.LessOrEqual(t, store.maxInFlight.Load(), int32(16), "removed a few at a time, not %d at once", len(ids))
+		require.LessOrEqual(t, store.inFlight.max.Load(), int32(16), "removed a few at a time, not %d at once", len(ids))
 	})
 }
 
