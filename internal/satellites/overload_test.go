@@ -130,6 +130,14 @@ func (b *overloadBundle) storeDue(t *testing.T, n int, destination string) []str
 	return ids
 }
 
+// requireNonePending fails unless the store holds no timeout: each was removed or moved on.
+func (b *overloadBundle) requireNonePending(t *testing.T, msgAndArgs ...any) {
+	t.Helper()
+	st, err := b.store.Stats(context.Background(), time.Now())
+	require.NoError(t, err)
+	require.Zero(t, st.Pending, msgAndArgs...)
+}
+
 func TestForwardWaitsForAConfirmLaterThanTheCallTimeout(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -142,9 +150,7 @@ func TestForwardWaitsForAConfirmLaterThanTheCallTimeout(t *testing.T) {
 			require.NoError(t, err, "dispatcher message %d", i)
 		}
 		requireEachOnce(t, pub.to("payments"), ids)
-		st, err := b.store.Stats(context.Background(), time.Now())
-		require.NoError(t, err)
-		require.Zero(t, st.Pending, "removed once confirmed")
+		b.requireNonePending(t, "removed once confirmed")
 		require.Zero(t, b.store.calls.Load(), "no failure recorded")
 		require.Empty(t, b.trips.all())
 	})
@@ -184,9 +190,7 @@ func TestUnconfirmedBatchCountsNoAttemptAndIsNotRepublishedAlone(t *testing.T) {
 		for _, err := range handleAtOnce(b.dispatch, ids) {
 			require.NoError(t, err)
 		}
-		st, err := b.store.Stats(context.Background(), time.Now())
-		require.NoError(t, err)
-		require.Zero(t, st.Pending)
+		b.requireNonePending(t)
 	})
 }
 
@@ -331,9 +335,7 @@ func TestAMessageNeverConfirmedIsNotRetriedForever(t *testing.T) {
 		for _, id := range ids {
 			require.True(t, delivered[id], "%s was published to its destination", id)
 		}
-		st, err := b.store.Stats(context.Background(), time.Now())
-		require.NoError(t, err)
-		require.Zero(t, st.Pending, "the delivered ones removed, the stuck one moved to the error queue")
+		b.requireNonePending(t, "the delivered ones removed, the stuck one moved to the error queue")
 	})
 }
 
@@ -357,9 +359,7 @@ func TestAStuckMessageSharingABatchIsPublishedAlone(t *testing.T) {
 		failed := pub.to(wire.DefaultErrorQueue)
 		require.Len(t, failed, 1, "only the stuck message goes to the error queue")
 		require.Equal(t, pub.stuck, failed[0].UUID)
-		st, err := b.store.Stats(context.Background(), time.Now())
-		require.NoError(t, err)
-		require.Zero(t, st.Pending)
+		b.requireNonePending(t)
 	})
 }
 
