@@ -282,6 +282,36 @@ type DueCounter interface {
 	CountDue(ctx context.Context, bounds []time.Time) (counts []int, err error)
 }
 
+// OwnerCounter is an optional interface that may be implemented by an [Inspector]: CountOwners
+// counts exactly the pending timeouts of the owners that have the most, and those without an
+// owner, where a caller would otherwise count a List of the earliest due timeouts (the
+// dashboard's owners). If an Inspector does not implement OwnerCounter, or CountOwners returns
+// ErrUnsupported, callers count such a List and say the counts are estimates.
+//
+// PostgreSQL's reads a table of pending timeouts per owner that its count triggers keep, by an
+// index on the counts: its cost grows with limit, not with how many timeouts or owners there are.
+// The memory store's reads its map.
+type OwnerCounter interface {
+	// CountOwners returns the limit owners (0 for none) with the most pending timeouts, claimed
+	// and parked ones included, and how many pending timeouts have no owner.
+	CountOwners(ctx context.Context, limit int) (OwnerCounts, error)
+}
+
+// OwnerCounts is what OwnerCounter.CountOwners returns.
+type OwnerCounts struct {
+	// Top lists the owners with the most pending timeouts, most first, then by owner (byte
+	// order); it is never nil.
+	Top []OwnerCount
+	// NoOwner counts the pending timeouts without an owner.
+	NoOwner int
+}
+
+// OwnerCount is how many pending timeouts an owner has.
+type OwnerCount struct {
+	Owner string
+	Count int
+}
+
 // HiddenFrom is the earliest end of a hidden timeout's claim: Handover.Hide claims timeouts until
 // a mark at or after it, which no poller's now reaches, so they stay with whoever hid them.
 var HiddenFrom = time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)

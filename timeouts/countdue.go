@@ -27,3 +27,22 @@ func (m *Manager) CountDue(ctx context.Context, bounds []time.Time) ([]int, erro
 	}
 	return counts, nil
 }
+
+// CountOwners counts exactly the pending timeouts of the limit owners with the most, and of no
+// owner. It returns an error wrapping persistence.ErrUnsupported when the store cannot count so
+// (see persistence.OwnerCounter); count a List of the earliest due timeouts instead.
+func (m *Manager) CountOwners(ctx context.Context, limit int) (persistence.OwnerCounts, error) {
+	ins, err := m.inspector()
+	if err != nil {
+		return persistence.OwnerCounts{}, err
+	}
+	c, ok := ins.(persistence.OwnerCounter)
+	if !ok {
+		return persistence.OwnerCounts{}, fmt.Errorf("%w: the store (%T) does not implement persistence.OwnerCounter", persistence.ErrUnsupported, m.cfg.Store)
+	}
+	counts, err := c.CountOwners(ctx, limit)
+	if err != nil {
+		return persistence.OwnerCounts{}, fmt.Errorf("counting owners: %w", err)
+	}
+	return counts, nil
+}

@@ -34,16 +34,24 @@ import (
 //   - Earliest and Latest are the two ends of the (due, id) index.
 //
 // One statement reads them all, so they agree with each other.
+//
+// The same triggers keep the pending timeouts per owner for CountOwners: a statement appends its
+// deltas, one row per owner, to a table without index, which a fold adds into a table of one row
+// per owner, indexed by count (see CountOwners).
 type counts struct {
 	// table is the counts' table, qualified and quoted; fn the trigger function's name; dues
-	// the table of timeouts due per minute.
-	table, fn, dues string
+	// the table of timeouts due per minute; owners the table of pending timeouts per owner, and
+	// ownerDeltas the deltas not yet added to it.
+	table, fn, dues, owners, ownerDeltas string
 	// parkedIndex and claimedIndex are the partial indexes of parked and claimed timeouts.
 	parkedIndex, claimedIndex string
 
 	createTable, grantRead, createFunction string
 	createDues, grantReadDues              string
 	createParkedIndex, createClaimedIndex  string
+	createOwners, createOwnerDeltas        string
+	createOwnersIndex                      string
+	grantReadOwners                        []string
 	lockTimeouts                           string
 	dropTriggers, createTriggers, reset    []string
 	fold, stats, total                     string
@@ -51,6 +59,9 @@ type counts struct {
 	foldCounts string
 	// due counts, for CountDue, the timeouts in each bucket of due times, and apart the parked.
 	due string
+	// ownerDeltasRead sums the deltas per owner; topOwners reads the owners with the most
+	// pending timeouts ($1 of them); ownersOf reads the owners $1.
+	ownerDeltasRead, topOwners, ownersOf string
 }
 
 // Trigger names, in the timeouts table's own name space.
@@ -69,6 +80,8 @@ func newCounts(s, t, table string) counts {
 		fn:           s + "." + quoteIdent(indexName(table, "count")),
 		parkedIndex:  s + "." + quoteIdent(indexName(table, "parked")),
 		claimedIndex: s + "." + quoteIdent(indexName(table, "claimed")),
+		owners:       s + "." + quoteIdent(indexName(table, "owners")),
+		ownerDeltas:  s + "." + quoteIdent(indexName(table, "owner_deltas")),
 	}
 	// Many Stats at once fold in turn: the first takes the lock, the others find it taken and
 	// only read. Under READ COMMITTED a row deleted by a fold that committed meanwhile is
@@ -91,7 +104,11 @@ HAVING sum(pending) <> 0 OR sum(parked) <> 0`, c.table, lockSpace(c.table))
 	HAVING sum(pending) <> 0 OR sum(parked) <> 0;
 	WITH merged AS (DELETE FROM %[3]s WHERE bucket IN (SELECT bucket FROM %[3]s WHERE NOT folded) RETURNING bucket, n)
 	INSERT INTO %[3]s (bucket, n, folded) SELECT bucket, sum(n), true FROM merged GROUP BY bucket HAVING sum(n) <> 0;
-END IF;`, c.table, lockSpace(c.table), c.dues)
+	WITH added AS (DELETE FROM %[5]s RETURNING owner, n)
+	INSERT INTO %[4]s AS o (owner, n) SELECT owner, sum(n) FROM added GROUP BY owner HAVING sum(n) <> 0 ORDER BY owner
+	ON CONFLICT (owner) DO UPDATE SET n = o.n + excluded.n;
+	DELETE FROM %[4]s WHERE n = 0;
+END IF;`, c.table, lockSpace(c.table), c.dues, c.owners, c.ownerDeltas)
 	c.fold = "DO " + dollarQuote("BEGIN\n"+foldBody+"\nEND")
 	// No index: Stats reads every row, and a fold every row of the minutes it folds.
 	c.createDues = fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
@@ -99,6 +116,21 @@ END IF;`, c.table, lockSpace(c.table), c.dues)
 	n bigint NOT NULL,
 	folded boolean NOT NULL DEFAULT false
 )`, c.dues)
+	// Writers only append to the deltas, so they never wait for each other, even on one owner;
+	// only a fold, under the lock, changes the owners' rows. An owner per saga makes as many rows
+	// as timeouts: the index on counts reads the top ones, and a fold finds its owners by the key.
+	c.createOwnerDeltas = fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+	owner text COLLATE "C" NOT NULL,
+	n bigint NOT NULL
+)`, c.ownerDeltas)
+	c.createOwners = fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+	owner text COLLATE "C" PRIMARY KEY,
+	n bigint NOT NULL
+)`, c.owners)
+	c.createOwnersIndex = fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (n DESC, owner)`,
+		quoteIdent(indexName(table, "owners_n")), c.owners)
+	c.grantReadOwners = []string{fmt.Sprintf(`GRANT SELECT ON %s TO PUBLIC`, c.owners),
+		fmt.Sprintf(`GRANT SELECT ON %s TO PUBLIC`, c.ownerDeltas)}
 	c.createTable = fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 	destination text NOT NULL,
 	pending bigint NOT NULL,
@@ -123,6 +155,7 @@ END IF;`, c.table, lockSpace(c.table), c.dues)
 		SELECT destination, count(*), count(parked_reason) FROM changed GROUP BY destination;
 		INSERT INTO %[3]s (bucket, n)
 		SELECT %[4]s, count(*) FROM changed WHERE parked_reason IS NULL GROUP BY 1;
+		INSERT INTO %[7]s (owner, n) SELECT owner, count(*) FROM changed GROUP BY owner;
 		IF random() < 0.001 AND current_setting('transaction_isolation') = 'read committed' THEN
 			%[2]s
 		END IF;
@@ -131,6 +164,7 @@ END IF;`, c.table, lockSpace(c.table), c.dues)
 		SELECT destination, -count(*), -count(parked_reason) FROM changed GROUP BY destination;
 		INSERT INTO %[3]s (bucket, n)
 		SELECT %[4]s, -count(*) FROM changed WHERE parked_reason IS NULL GROUP BY 1;
+		INSERT INTO %[7]s (owner, n) SELECT owner, -count(*) FROM changed GROUP BY owner;
 	ELSIF TG_OP = 'UPDATE' AND (OLD.parked_reason IS NULL) = (NEW.parked_reason IS NULL) THEN
 		INSERT INTO %[3]s (bucket, n) VALUES (%[5]s, -1), (%[6]s, 1);
 	ELSIF TG_OP = 'UPDATE' AND NEW.parked_reason IS NULL THEN
@@ -142,9 +176,11 @@ END IF;`, c.table, lockSpace(c.table), c.dues)
 	ELSE
 		DELETE FROM %[1]s;
 		DELETE FROM %[3]s;
+		DELETE FROM %[7]s;
+		DELETE FROM %[8]s;
 	END IF;
 	RETURN NULL;
-END`, c.table, foldBody, c.dues, minute("due"), minute("OLD.due"), minute("NEW.due"))
+END`, c.table, foldBody, c.dues, minute("due"), minute("OLD.due"), minute("NEW.due"), c.ownerDeltas, c.owners)
 	// SECURITY DEFINER: a role granted the timeouts table alone (by a DBA who set it up) may
 	// change it, and the counts with it. Every name in the body is qualified.
 	c.createFunction = fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql
@@ -173,7 +209,9 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS %s`, c.fn, dollarQuote
 	c.reset = []string{fmt.Sprintf(`DELETE FROM %s`, c.table), fmt.Sprintf(`INSERT INTO %s (destination, pending, parked)
 SELECT destination, count(*), count(parked_reason) FROM %s GROUP BY destination`, c.table, t),
 		fmt.Sprintf(`DELETE FROM %s`, c.dues), fmt.Sprintf(`INSERT INTO %s (bucket, n, folded)
-SELECT %s, count(*), true FROM %s WHERE parked_reason IS NULL GROUP BY 1`, c.dues, minute("due"), t)}
+SELECT %s, count(*), true FROM %s WHERE parked_reason IS NULL GROUP BY 1`, c.dues, minute("due"), t),
+		fmt.Sprintf(`DELETE FROM %s`, c.ownerDeltas), fmt.Sprintf(`DELETE FROM %s`, c.owners),
+		fmt.Sprintf(`INSERT INTO %s (owner, n) SELECT owner, count(*) FROM %s GROUP BY owner`, c.owners, t)}
 	// Few rows are parked, and parking is rare: the index costs stores and claims nothing. A
 	// claimed row enters the claimed index at its claim, which already writes every index.
 	c.createParkedIndex = fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (due, id) WHERE parked_reason IS NOT NULL`,
@@ -203,6 +241,9 @@ UNION ALL
 SELECT (u.i - 1)::int, (SELECT count(*) FROM %[1]s WHERE due >= u.m AND due < u.x)
 	- (SELECT count(*) FROM %[1]s WHERE parked_reason IS NOT NULL AND due >= u.m AND due < u.x), true
 FROM unnest($1::timestamptz[], $2::timestamptz[]) WITH ORDINALITY AS u(x, m, i)`, t, c.dues)
+	c.ownerDeltasRead = fmt.Sprintf(`SELECT owner, sum(n)::bigint FROM %s GROUP BY owner HAVING sum(n) <> 0`, c.ownerDeltas)
+	c.topOwners = fmt.Sprintf(`SELECT owner, n FROM %s ORDER BY n DESC, owner LIMIT $1`, c.owners)
+	c.ownersOf = fmt.Sprintf(`SELECT owner, n FROM %s WHERE owner = ANY($1::text[])`, c.owners)
 	c.total = fmt.Sprintf(`SELECT COALESCE(sum(pending), 0), COALESCE(sum(parked), 0) FROM %s`, c.table)
 	return c
 }
@@ -220,14 +261,20 @@ func dollarQuote(body string) string {
 // unless the triggers exist already. The counts start from the table as it is, with its writers
 // kept waiting until tx commits, so that no change is counted twice or missed.
 func (c counts) installCounts(ctx context.Context, tx *sql.Tx, table string) error {
-	var triggers int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = ANY($2)`,
-		table, countTriggers).Scan(&triggers); err != nil {
+	var (
+		triggers   int
+		ownersMade bool
+	)
+	if err := tx.QueryRowContext(ctx, `SELECT count(*), to_regclass($3) IS NOT NULL FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = ANY($2)`,
+		table, countTriggers, c.owners).Scan(&triggers, &ownersMade); err != nil {
 		return err
 	}
 	stmts := []string{c.createParkedIndex, c.createClaimedIndex, c.createTable, c.grantRead, c.createDues, c.grantReadDues,
-		c.createFunction}
-	if triggers != len(countTriggers) {
+		c.createOwnerDeltas, c.createOwners, c.createOwnersIndex}
+	stmts = append(stmts, c.grantReadOwners...)
+	stmts = append(stmts, c.createFunction)
+	// Counts made before the owners' table start again from the table, the owners with them.
+	if triggers != len(countTriggers) || !ownersMade {
 		stmts = append(stmts, c.lockTimeouts)
 		stmts = append(stmts, c.dropTriggers...)
 		stmts = append(stmts, c.createTriggers...)
@@ -244,9 +291,10 @@ func (c counts) installCounts(ctx context.Context, tx *sql.Tx, table string) err
 // installed is the condition, on $1 the table, that the counts and their indexes exist.
 func (c counts) installed() string {
 	return fmt.Sprintf(`to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL
-	AND to_regclass(%s) IS NOT NULL
+	AND to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL
 	AND (SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname IN ('%s')) = %d`,
 		quoteLiteral(c.table), quoteLiteral(c.parkedIndex), quoteLiteral(c.claimedIndex), quoteLiteral(c.dues),
+		quoteLiteral(c.owners), quoteLiteral(c.ownerDeltas),
 		strings.Join(countTriggers, "', '"), len(countTriggers))
 }
 

@@ -53,6 +53,16 @@
 // search_path), so a role granted only the timeouts table changes the counts with it, and every
 // role may read the counts, as it may read the table's size in the catalog.
 //
+// CountOwners (persistence.OwnerCounter, the dashboard's owners) reads the pending timeouts per
+// owner that the same triggers keep: each statement that inserts or deletes timeouts appends one
+// row per owner to "orders.timeouts_owner_deltas", a table without index, and the folds add them
+// into "orders.timeouts_owners", one row per owner (and one for no owner, the empty string), keyed by
+// owner and indexed by count. CountOwners reads the top owners by that index and the owners of
+// the deltas not yet folded by the key, so its cost does not grow with the timeouts or the owners.
+// An owner per saga makes the owners' table as long as the timeouts', with small rows; a store
+// of 500 timeouts appends up to 500 delta rows, and a fold writes each into the owners' key and
+// count index. Claims, parks and reschedules do not change owners, and fire nothing for them.
+//
 // Deduplication keys are a nullable column under a partial unique index. Schedule and
 // ScheduleTx take a transaction-scoped advisory lock on the key, so that Schedules of one key
 // take turns, and insert with ON CONFLICT DO NOTHING, so that a taken id or key never aborts the
@@ -64,8 +74,8 @@
 // available_at moves to persistence.MaxDue, beyond every claim, so the claim and its index are
 // unchanged; Next may return MaxDue while only parked timeouts are stored. Claims record the
 // instance of ClaimDueAs in claimed_by, in the claim's own statement (ClaimDue and Hide set it to
-// NULL); the column has no index, so ReleaseClaimsOf, run once at a manager's start, reads the
-// whole table. HoldInstance holds the name with a session advisory lock (pg_try_advisory_lock on
+// NULL), under a partial index of the rows a named instance claimed, so that ReleaseClaimsOf (at a
+// manager's start, and after a claim whose answer was lost) reads those rows alone. HoldInstance holds the name with a session advisory lock (pg_try_advisory_lock on
 // 64 bits of a hash of the table and the name) on a connection of its own, which it pings every
 // 5 seconds; release unlocks and closes that connection, and Close releases every hold. It never
 // takes the lock on a standby. If the connection dies (or the server fails over to a standby,
@@ -82,7 +92,7 @@
 // each connection goes to the first that answers as a primary.
 // SetupInfrastructure adds both columns, nullable, to a table an older version made (no rewrite);
 // until it has, CheckInfrastructure reports the table as not set up. It adds the counts, the
-// dues, their triggers and the two partial indexes the same way: they start from one full count
+// dues, the owners, their triggers and the two partial indexes the same way: they start from one full count
 // of the table, with its writers waiting for it, and until then Stats fails with
 // persistence.ErrNotSetUp.
 //

@@ -183,8 +183,9 @@ func TestDueNowAcrossMinutes(t *testing.T) {
 }
 
 // TestDuesOnPreviousRelease: a table set up by the previous release, which kept the counts but
-// not the dues, in use by that release's instances, gets the dues from SetupInfrastructure,
-// starting from what it holds, and DueNow is exact from then on.
+// not the dues nor the owners, in use by that release's instances, gets them from
+// SetupInfrastructure, starting from what it holds, and DueNow and CountOwners are exact from then
+// on.
 func TestDuesOnPreviousRelease(t *testing.T) {
 	t.Parallel()
 	dsn, schema := testenv.PostgresSchema(t)
@@ -200,6 +201,8 @@ func TestDuesOnPreviousRelease(t *testing.T) {
 	for _, stmt := range []string{
 		`DROP TRIGGER timeoutmill_count_due ON ` + table,
 		`DROP TABLE ` + quote(schema) + `."orders.timeouts_dues"`,
+		`DROP TABLE ` + quote(schema) + `."orders.timeouts_owners"`,
+		`DROP TABLE ` + quote(schema) + `."orders.timeouts_owner_deltas"`,
 		`CREATE OR REPLACE FUNCTION ` + quote(schema) + `."orders.timeouts_count"() RETURNS trigger LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $count$
 BEGIN
@@ -218,8 +221,9 @@ BEGIN
 	RETURN NULL;
 END
 $count$`,
-		`INSERT INTO ` + table + ` (id, destination, due, available_at, payload, metadata)
-	SELECT 'old' || g, 'd' || (g % 3), now() - interval '1 hour' + g * interval '1 second', now() - interval '1 hour' + g * interval '1 second', '', ''
+		`INSERT INTO ` + table + ` (id, destination, due, available_at, owner, payload, metadata)
+	SELECT 'old' || g, 'd' || (g % 3), now() - interval '1 hour' + g * interval '1 second', now() - interval '1 hour' + g * interval '1 second',
+		CASE WHEN g % 4 = 0 THEN '' ELSE 'o' || (g % 11) END, '', ''
 	FROM generate_series(1, 7200) AS g`,
 		`UPDATE ` + table + ` SET parked_reason = 'failed', available_at = '9999-12-31 23:59:59.999999+00' WHERE id IN ('old1', 'old2', 'old7000')`,
 	} {
@@ -237,10 +241,11 @@ $count$`,
 	now := time.Now().UTC()
 	requireDueNow(t, store, db, table, now.Truncate(time.Minute))
 	sqlstoretest.StatsMatchTable(t, store, db, table)
+	requireOwnersMatchTable(t, store, db, table)
 
 	for _, stmt := range []string{
 		`DELETE FROM ` + table + ` WHERE id IN ('old3', 'old4', 'old1')`,
-		`INSERT INTO ` + table + ` (id, destination, due, available_at, payload, metadata) VALUES ('new', 'd9', now(), now(), '', '')`,
+		`INSERT INTO ` + table + ` (id, destination, due, available_at, owner, payload, metadata) VALUES ('new', 'd9', now(), now(), 'o5', '', '')`,
 		`UPDATE ` + table + ` SET parked_reason = NULL, available_at = due WHERE id = 'old2'`,
 		`UPDATE ` + table + ` SET due = due + interval '3 hours', available_at = due + interval '3 hours' WHERE id = 'old5'`,
 	} {
@@ -249,6 +254,62 @@ $count$`,
 	}
 	requireDueNow(t, store, db, table, now.Truncate(time.Minute))
 	sqlstoretest.StatsMatchTable(t, store, db, table)
+	requireOwnersMatchTable(t, store, db, table)
+}
+
+// TestOwnersOnTableWithDues: a table set up with the dues but before the owners' tables gets
+// them from SetupInfrastructure, which starts every count again from the table.
+func TestOwnersOnTableWithDues(t *testing.T) {
+	t.Parallel()
+	dsn, schema := testenv.PostgresSchema(t)
+	db := openDB(t, dsn)
+	ctx := t.Context()
+	config := postgres.Config{DSN: dsn, Schema: schema, Endpoint: "orders"}
+	table := quote(schema) + `."orders.timeouts"`
+	first := open(t, config)
+	for i := range 30 {
+		_, err := first.Store(ctx, persistence.Timeout{ID: fmt.Sprintf("t%d", i), Destination: "d", Owner: fmt.Sprintf("o%d", i%4), Due: time.Now()})
+		require.NoError(t, err)
+	}
+	require.NoError(t, first.Close())
+	for _, stmt := range []string{
+		`DROP TABLE ` + quote(schema) + `."orders.timeouts_owners"`,
+		`DROP TABLE ` + quote(schema) + `."orders.timeouts_owner_deltas"`,
+	} {
+		_, err := db.ExecContext(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	before, err := postgres.Open(ctx, config)
+	require.NoError(t, err)
+	require.ErrorIs(t, before.CheckInfrastructure(ctx), persistence.ErrNotSetUp, "no owners yet")
+	require.NoError(t, before.Close())
+	store := open(t, config)
+	t.Cleanup(func() { require.NoError(t, store.Close()) })
+	requireOwnersMatchTable(t, store, db, table)
+	sqlstoretest.StatsMatchTable(t, store, db, table)
+}
+
+// requireOwnersMatchTable checks CountOwners against a GROUP BY of table.
+func requireOwnersMatchTable(t *testing.T, store *postgres.Store, db *sql.DB, table string) {
+	t.Helper()
+	ctx := t.Context()
+	got, err := store.CountOwners(ctx, 100)
+	require.NoError(t, err)
+	want := persistence.OwnerCounts{Top: []persistence.OwnerCount{}}
+	rows, err := db.QueryContext(ctx, `SELECT owner, count(*) FROM `+table+` GROUP BY owner ORDER BY count(*) DESC, owner`)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var c persistence.OwnerCount
+		require.NoError(t, rows.Scan(&c.Owner, &c.Count))
+		if c.Owner == "" {
+			want.NoOwner = c.Count
+		} else {
+			want.Top = append(want.Top, c)
+		}
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, want, got)
 }
 
 // requireDueNow checks Stats' DueNow against a count of the table, at nows around the minutes

@@ -132,11 +132,15 @@ func TestLongTableNames(t *testing.T) {
 	db := openDB(t, dsn)
 	var indexes int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1`, schema).Scan(&indexes))
-	require.Equal(t, 21, indexes, "three tables, seven indexes each (primary key, available_at, owner, dedup_key, due_id, parked, claimed)")
+	require.Equal(t, 27, indexes, "three tables, seven indexes each (primary key, available_at, owner, dedup_key, due_id, parked, claimed), "+
+		"and two on each table of owners (its key, its counts)")
 	var counts int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename LIKE '%\_counts'`,
 		schema).Scan(&counts))
 	require.Equal(t, 3, counts, "each table its own counts")
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename LIKE '%\_owners'`,
+		schema).Scan(&counts))
+	require.Equal(t, 3, counts, "each table its own owners")
 	for _, suffix := range []string{"-one", "-two", strings.Repeat("x", 13)} {
 		store := open(t, postgres.Config{DSN: dsn, Schema: schema, Table: prefix + suffix})
 		t.Cleanup(func() { require.NoError(t, store.Close()) })

@@ -70,6 +70,7 @@ func Run(t *testing.T, newStore func(t *testing.T) persistence.Store) {
 		{"StatsAtNow", s.testStatsAtNow},
 		{"StatsExact", s.testStatsExact},
 		{"CountDue", s.testCountDue},
+		{"CountOwners", s.testCountOwners},
 		{"CancelledContext", s.testCancelledContext},
 		{"Parker", s.testParker},
 		{"Claimer", s.testClaimer},
