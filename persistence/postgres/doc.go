@@ -74,9 +74,10 @@
 // available_at moves to persistence.MaxDue, beyond every claim, so the claim and its index are
 // unchanged; Next may return MaxDue while only parked timeouts are stored. Claims record the
 // instance of ClaimDueAs in claimed_by, in the claim's own statement (ClaimDue and Hide set it to
-// NULL), under a partial index of the rows a named instance claimed, so that ReleaseClaimsOf (at a
-// manager's start, and after a claim whose answer was lost) reads those rows alone. HoldInstance holds the name with a session advisory lock (pg_try_advisory_lock on
-// 64 bits of a hash of the table and the name) on a connection of its own, which it pings every
+// NULL), under a partial index of the rows a named instance claimed, so that ReleaseClaimsOf (at
+// a manager's start, and after a claim whose answer was lost) reads those rows alone.
+// HoldInstance holds the name with a session advisory lock (pg_try_advisory_lock on 64 bits of a
+// hash of the table and the name) on a connection of its own, which it pings every
 // 5 seconds; release unlocks and closes that connection, and Close releases every hold. It never
 // takes the lock on a standby. If the connection dies (or the server fails over to a standby,
 // which never had the lock), the session and its lock are gone: the store takes the lock again,

@@ -21,19 +21,21 @@ import (
 // queries holds the store's SQL, made once with the schema and table names quoted.
 type queries struct {
 	// Quoted, qualified names, which to_regclass reads as SQL would; schemaName is unquoted.
-	table, availableIndex, ownerIndex, keyIndex, dueIndex string
-	schemaName                                            string
+	table, availableIndex, ownerIndex, keyIndex, dueIndex, claimedByIndex string
+	schemaName                                                            string
 
 	createSchema         string
 	createTable          string
 	createAvailableIndex string
 	createOwnerIndex     string
 	// addKey adds the key column to a table an older version created, addParked the parking
-	// reason and the claiming instance; createKeyIndex and createDueIndex add their indexes.
-	addKey         string
-	addParked      string
-	createKeyIndex string
-	createDueIndex string
+	// reason and the claiming instance; createKeyIndex, createDueIndex and createClaimedByIndex
+	// add their indexes.
+	addKey               string
+	addParked            string
+	createKeyIndex       string
+	createDueIndex       string
+	createClaimedByIndex string
 	// storeMany inserts the rows of a StoreMany, in id order, and returns the ids it inserted.
 	storeMany string
 	// counts are what Stats reads (see counts).
@@ -49,6 +51,7 @@ func newQueries(schema, table string) queries {
 	ownerIndex := quoteIdent(indexName(table, "owner"))
 	keyIndex := quoteIdent(indexName(table, "dedup_key"))
 	dueIndex := quoteIdent(indexName(table, "due_id"))
+	claimedByIndex := quoteIdent(indexName(table, "claimed_by"))
 	core := sqlstore.Standard(t, sqlstore.Numbered)
 	// clock_timestamp(), not now(): now() is when the transaction began (persistence.Clocked).
 	core.Now = `SELECT clock_timestamp()`
@@ -93,6 +96,7 @@ RETURNING t.id, t.destination, t.due, t.owner, t.payload, t.metadata, t.failure_
 		ownerIndex:     s + "." + ownerIndex,
 		keyIndex:       s + "." + keyIndex,
 		dueIndex:       s + "." + dueIndex,
+		claimedByIndex: s + "." + claimedByIndex,
 		schemaName:     schema,
 		counts:         newCounts(s, t, table),
 		storeMany: fmt.Sprintf(`INSERT INTO %s (%s)
@@ -132,6 +136,13 @@ ON CONFLICT (id) DO NOTHING RETURNING id`, t, sqlstore.Columns),
 		// List's order, so that a page (the first, or the one after a cursor) reads as many index
 		// entries as it returns rather than sorting the table.
 		createDueIndex: fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (due, id)`, dueIndex, t),
+		// ReleaseClaimsOf's lookup, at a manager's start and after a failed claim: without it the
+		// statement reads the whole table, for longer than a call may take once the table holds
+		// millions (the planner cannot tell that the claimed index holds few rows). Partial: only
+		// rows a named instance holds claimed have an entry, and a claim already writes every
+		// index of the rows it moves.
+		createClaimedByIndex: fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (claimed_by) WHERE claimed_by IS NOT NULL`,
+			claimedByIndex, t),
 	}
 }
 

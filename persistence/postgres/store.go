@@ -104,7 +104,7 @@ func (s *Store) c() *sqlstore.Store {
 }
 
 // SetupInfrastructure creates the schema, the table and its indexes when they are missing, and
-// adds the key column and its index, the parking reason and the claiming instance, and the counts
+// adds the key column and its index, the parking reason, the claiming instance and its index, and the counts
 // Stats reads (a table, its triggers and two partial indexes; see the package doc) to a table an
 // older version created. When all exist it changes nothing and needs no right to create them.
 // Adding the counts to a table an older version made reads the whole table once, with its
@@ -116,11 +116,11 @@ func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	var installed bool
 	err := sqlstore.DB(s.core).QueryRowContext(ctx,
 		`SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL
-	AND to_regclass($4) IS NOT NULL AND to_regclass($5) IS NOT NULL
+	AND to_regclass($4) IS NOT NULL AND to_regclass($5) IS NOT NULL AND to_regclass($6) IS NOT NULL
 	AND (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1)
 		AND attname IN ('parked_reason', 'claimed_by') AND NOT attisdropped) = 2
 	AND `+s.q.counts.installed(),
-		s.q.table, s.q.availableIndex, s.q.ownerIndex, s.q.keyIndex, s.q.dueIndex).Scan(&installed)
+		s.q.table, s.q.availableIndex, s.q.ownerIndex, s.q.keyIndex, s.q.dueIndex, s.q.claimedByIndex).Scan(&installed)
 	if err != nil {
 		return fmt.Errorf("postgres: set up %s: %w", s.q.table, err)
 	}
@@ -154,7 +154,7 @@ func (s *Store) install(ctx context.Context) (err error) {
 	}
 	// A table an older version created gets the key column and the indexes added.
 	stmts := []string{s.q.createTable, s.q.createAvailableIndex, s.q.createOwnerIndex, s.q.addKey, s.q.createKeyIndex,
-		s.q.createDueIndex, s.q.addParked}
+		s.q.createDueIndex, s.q.addParked, s.q.createClaimedByIndex}
 	if !schemaExists {
 		// Only when missing: CREATE SCHEMA IF NOT EXISTS needs the right to create schemas even
 		// when the schema is there.
