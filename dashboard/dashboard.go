@@ -51,11 +51,11 @@ type Config struct {
 	// ReadOnly refuses the actions even with the token and hides their buttons. Defaults to
 	// false.
 	ReadOnly bool
-	// SampleSize is how many of the earliest due timeouts the overview reads to count pending
-	// timeouts by owner, and by when they are due where the store cannot count that exactly
-	// (persistence.DueCounter; beyond a day after now, or on a store without it): counts that
-	// reach beyond the sample are shown as bounds. Defaults to 10,000, which is also the
-	// largest.
+	// SampleSize is how many of the earliest due timeouts the overview reads to count failed
+	// forwards, and pending timeouts by owner and by when they are due where the store cannot
+	// count them exactly (persistence.OwnerCounter, persistence.DueCounter): counts that reach
+	// beyond the sample are shown as bounds. On a store that counts both, the overview reads at
+	// most 100. Defaults to 10,000, which is also the largest.
 	SampleSize int
 	// Logger receives the errors of the store that the dashboard answers with a 500 (their text
 	// is never sent to the browser). Defaults to none.

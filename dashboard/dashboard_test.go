@@ -149,6 +149,12 @@ func requireError(t *testing.T, r response, status int, code string) {
 	require.Equal(t, code, decode[errorBody](t, r).Error.Code, r.body)
 }
 
+// named is a count by name in api/stats.
+type named struct {
+	Name  string `json:"name"`
+	Count int    `json:"count"`
+}
+
 type statsBody struct {
 	Endpoint string `json:"endpoint"`
 	Pending  int    `json:"pending"`
@@ -172,13 +178,12 @@ type statsBody struct {
 		Count int    `json:"count"`
 	} `json:"by_destination"`
 	ByOwner struct {
-		Complete bool `json:"complete"`
-		Owners   []struct {
-			Name  string `json:"name"`
-			Count int    `json:"count"`
-		} `json:"owners"`
-		NoOwner int `json:"no_owner"`
+		Exact    bool    `json:"exact"`
+		Complete bool    `json:"complete"`
+		Owners   []named `json:"owners"`
+		NoOwner  int     `json:"no_owner"`
 	} `json:"by_owner"`
+	Failing       int     `json:"failing_in_sample"`
 	OldestOverdue float64 `json:"oldest_overdue_seconds"`
 	Dispatch      struct {
 		Dispatched uint64 `json:"dispatched"`

@@ -29,15 +29,18 @@ type overview struct {
 	// Due counts the pending timeouts by when they are due: due now, in the next minute, ...
 	Due []count `json:"due"`
 	// DueHistogram is Due in finer buckets, for the plot.
-	DueHistogram  []count        `json:"due_histogram"`
-	ByDestination []namedCount   `json:"by_destination"`
-	ByOwner       ownerCounts    `json:"by_owner"`
-	Failing       int            `json:"failing_in_sample"`
-	Dispatch      dispatchCounts `json:"dispatch"`
-	Breakers      []breaker      `json:"breakers"`
-	Critical      *criticalError `json:"critical_error,omitempty"`
-	Clock         clockOffset    `json:"clock"`
-	// Sampled is how many of the earliest due timeouts were read to count Due and ByOwner.
+	DueHistogram  []count      `json:"due_histogram"`
+	ByDestination []namedCount `json:"by_destination"`
+	ByOwner       ownerCounts  `json:"by_owner"`
+	// Failing counts the sampled timeouts whose forward failed and is retried: all of them when
+	// the sample is complete (Partial false).
+	Failing  int            `json:"failing_in_sample"`
+	Dispatch dispatchCounts `json:"dispatch"`
+	Breakers []breaker      `json:"breakers"`
+	Critical *criticalError `json:"critical_error,omitempty"`
+	Clock    clockOffset    `json:"clock"`
+	// Sampled is how many of the earliest due timeouts were read to count Failing, and Due and
+	// ByOwner where the store cannot count them exactly.
 	Sampled int  `json:"sampled"`
 	Partial bool `json:"sample_partial"`
 }
@@ -61,13 +64,24 @@ type namedCount struct {
 	Count int    `json:"count"`
 }
 
-// ownerCounts counts the sampled timeouts by owner; Complete when the sample is every pending
-// timeout. NoOwner counts those without an owner.
+// ownerCounts counts the pending timeouts by owner, most first. Exact when the store counts
+// them (persistence.OwnerCounter): Owners then lists the topOwners with the most. Otherwise they
+// count the sample, the earliest due timeouts. Complete when Owners lists every owner that has
+// pending timeouts, with its every timeout. NoOwner counts those without an owner.
 type ownerCounts struct {
+	Exact    bool         `json:"exact"`
 	Complete bool         `json:"complete"`
 	Owners   []namedCount `json:"owners"`
 	NoOwner  int          `json:"no_owner"`
 }
+
+// topOwners is how many owners the overview lists when the store counts them exactly.
+const topOwners = 100
+
+// failingSample is how many of the earliest due timeouts the overview reads when the store
+// counts the windows and the owners exactly: the sample then counts failed forwards alone,
+// which stay among the earliest due while they are retried.
+const failingSample = 100
 
 type dispatchCounts struct {
 	Stored     uint64 `json:"stored"`
@@ -139,34 +153,54 @@ var (
 	}
 )
 
-// overview reads the store (Stats, CountDue, and one List of the earliest SampleSize timeouts)
-// and the manager's counters.
+// overview reads the store (Stats, CountOwners, CountDue, and one List of the earliest due
+// timeouts, SampleSize of them, or failingSample when the store counts the rest exactly) and the
+// manager's counters.
 func (s *server) overview(ctx context.Context) (overview, error) {
-	// The sample is read beside the counts, on another connection: it takes the longest at
-	// millions pending, and the counts need not wait for it.
 	var (
-		sample    []persistence.Timeout
-		sampleErr error
-		wg        sync.WaitGroup
+		st                  persistence.Stats
+		owners              persistence.OwnerCounts
+		statsErr, ownersErr error
+		wg                  sync.WaitGroup
 	)
-	wg.Go(func() {
-		sample, sampleErr = s.m.List(ctx, persistence.ListOptions{Limit: s.cfg.SampleSize})
-	})
-	st, err := s.m.Stats(ctx)
-	// Stats takes its own now; the windows start at ours, taken after it, so a timeout Stats
-	// counted as due now is not counted again in the next minute.
-	now := time.Now()
-	var exact dueBefore
-	if err == nil {
-		exact, err = s.countDue(ctx, now)
-	}
+	wg.Go(func() { st, statsErr = s.m.Stats(ctx) })
+	wg.Go(func() { owners, ownersErr = s.m.CountOwners(ctx, topOwners+1) })
 	wg.Wait()
-	if err = cmp.Or(err, sampleErr); err != nil {
+	ownersExact := ownersErr == nil
+	if errors.Is(ownersErr, persistence.ErrUnsupported) {
+		ownersErr = nil
+	}
+	if err := cmp.Or(statsErr, ownersErr); err != nil {
 		return overview{}, err
+	}
+	// Stats takes its own now; the windows start at ours, taken after it, so a timeout Stats
+	// counted as due now is not counted again in the next minute. The sample is read beside
+	// CountDue, on another connection.
+	now := time.Now()
+	size := s.cfg.SampleSize
+	if ownersExact {
+		size = min(size, failingSample)
+	}
+	var (
+		sample            []persistence.Timeout
+		exact             dueBefore
+		sampleErr, dueErr error
+	)
+	wg.Go(func() { sample, sampleErr = s.m.List(ctx, persistence.ListOptions{Limit: size}) })
+	exact, dueErr = s.countDue(ctx, now)
+	wg.Wait()
+	if err := cmp.Or(dueErr, sampleErr); err != nil {
+		return overview{}, err
+	}
+	if exact == nil && size < s.cfg.SampleSize { // the windows need the whole sample
+		size = s.cfg.SampleSize
+		if sample, sampleErr = s.m.List(ctx, persistence.ListOptions{Limit: size}); sampleErr != nil {
+			return overview{}, sampleErr
+		}
 	}
 	o := overview{
 		Endpoint: s.m.Activity().Endpoint, Now: now.UTC(), Pending: st.Pending, DueNow: st.DueNow, Claimed: st.Claimed, Parked: st.Parked,
-		Sampled: len(sample), Partial: len(sample) >= s.cfg.SampleSize && st.Pending > len(sample),
+		Sampled: len(sample), Partial: len(sample) >= size && st.Pending > len(sample),
 	}
 	if st.Pending > 0 {
 		earliest, latest := st.Earliest.UTC(), st.Latest.UTC()
@@ -178,19 +212,12 @@ func (s *server) overview(ctx context.Context) (overview, error) {
 	o.Due = countWindows(summaryWindows, sample, o.Partial, now, st, exact)
 	o.DueHistogram = countWindows(histogramWindows, sample, o.Partial, now, st, exact)
 	o.ByDestination = sortedCounts(st.ByDestination)
-	owners := map[string]int{}
+	o.ByOwner = countOwners(owners, ownersExact, sample, o.Partial)
 	for _, t := range sample {
-		if t.Owner == "" {
-			o.ByOwner.NoOwner++
-		} else {
-			owners[t.Owner]++
-		}
 		if t.FailureCount > 0 {
 			o.Failing++
 		}
 	}
-	o.ByOwner.Owners = sortedCounts(owners)
-	o.ByOwner.Complete = !o.Partial
 
 	a := s.m.Activity()
 	o.Dispatch = dispatchCounts{Stored: a.Stored, Dispatched: a.Dispatched, Early: a.Early, Parked: a.Parked, Failures: a.Failures}
@@ -211,23 +238,40 @@ func (s *server) overview(ctx context.Context) (overview, error) {
 	return o, nil
 }
 
-// exactHorizon is how far after now the windows are counted exactly, by the store's CountDue
-// when it has it: counting reads as many index entries as there are timeouts due before the
-// latest bound, which stays cheap for a day at millions pending. Later windows are estimated.
-const exactHorizon = 24 * time.Hour
+// countOwners is the owners as the store counted them exactly, or else as the sample counts
+// them.
+func countOwners(counted persistence.OwnerCounts, exact bool, sample []persistence.Timeout, partial bool) ownerCounts {
+	if exact {
+		o := ownerCounts{Exact: true, Complete: len(counted.Top) <= topOwners, NoOwner: counted.NoOwner, Owners: []namedCount{}}
+		for _, c := range counted.Top[:min(len(counted.Top), topOwners)] {
+			o.Owners = append(o.Owners, namedCount{Name: c.Owner, Count: c.Count})
+		}
+		return o
+	}
+	o := ownerCounts{Complete: !partial, Exact: !partial}
+	owners := map[string]int{}
+	for _, t := range sample {
+		if t.Owner == "" {
+			o.NoOwner++
+		} else {
+			owners[t.Owner]++
+		}
+	}
+	o.Owners = sortedCounts(owners)
+	return o
+}
 
 // dueBefore holds exact counts of the pending timeouts, parked ones left out, due before now+d,
 // by d; the count at 0 is of those due at now (due <= now).
 type dueBefore map[time.Duration]int
 
 // countDue counts exactly, with one CountDue, the pending timeouts due before every window
-// bound up to exactHorizon after now. It returns nil, and the windows are estimated, when the
-// store cannot count so.
+// bound. It returns nil, and the windows are estimated, when the store cannot count so.
 func (s *server) countDue(ctx context.Context, now time.Time) (dueBefore, error) {
 	var ds []time.Duration
 	for _, w := range slices.Concat(summaryWindows, histogramWindows) {
 		for _, d := range []time.Duration{w.from, w.before} {
-			if d <= exactHorizon && !slices.Contains(ds, d) {
+			if !slices.Contains(ds, d) {
 				ds = append(ds, d)
 			}
 		}

@@ -271,6 +271,8 @@ func (s *scale) close() error {
 		for _, drop := range []string{`DROP TABLE IF EXISTS ` + s.table,
 			`DROP TABLE IF EXISTS ` + quote("public") + "." + quote(s.endpoint+".timeouts_counts"),
 			`DROP TABLE IF EXISTS ` + quote("public") + "." + quote(s.endpoint+".timeouts_dues"),
+			`DROP TABLE IF EXISTS ` + quote("public") + "." + quote(s.endpoint+".timeouts_owners"),
+			`DROP TABLE IF EXISTS ` + quote("public") + "." + quote(s.endpoint+".timeouts_owner_deltas"),
 			`DROP FUNCTION IF EXISTS ` + quote("public") + "." + quote(s.endpoint+".timeouts_count") + `()`} {
 			if _, err := s.db.ExecContext(ctx, drop); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", drop, err))
