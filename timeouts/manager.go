@@ -230,12 +230,15 @@ func (m *Manager) whenReady(handle message.NoPublishHandlerFunc) message.NoPubli
 	}
 }
 
-// handleDue dispatches the ids a dispatcher message announces and, on a GoChannel, records that
-// they are settled.
+// handleDue dispatches the ids a dispatcher message announces, tells the poller they were
+// handled (its claim window), and, on a GoChannel, records that they are settled.
 func (m *Manager) handleDue(msg *message.Message) error {
 	err := m.dispatch.Handle(msg)
+	ids, _ := dispatcherqueue.Decode(msg) // none when malformed: Handle moved it to the error queue
+	// Handled counts a nacked message's ids too: its redelivery counts them again, which only
+	// widens the window a little.
+	m.poller.handled(len(ids))
 	if err == nil {
-		ids, _ := dispatcherqueue.Decode(msg) // none when malformed: Handle moved it to the error queue
 		m.stop.settled(ids...)
 	}
 	return err

@@ -61,6 +61,9 @@ type poller struct {
 	// instance holds (persistence.Claimer). So they come due again at once, not a lease later.
 	// Only the poller's goroutine reads and writes it.
 	orphans bool
+	// window holds the ids claimed that this instance's dispatch satellite has not handled since.
+	// A poll waits while windowIDs of them are within half a lease (claimWindow).
+	window *claimWindow
 }
 
 // maxAnnouncing bounds the claimed batches being announced at once. Two let the next claim run
@@ -97,7 +100,11 @@ func (p *poller) announceAhead() time.Duration { return min(p.lead, p.ahead()/2)
 func (p *poller) init() {
 	p.wakeCh = make(chan struct{}, 1)
 	p.slots = make(chan struct{}, maxAnnouncing)
+	p.window = newClaimWindow()
 }
+
+// handled tells the poller that this instance's dispatch satellite handled n announced ids.
+func (p *poller) handled(n int) { p.window.handled(n) }
 
 // wake tells the poller a timeout due at due was stored.
 func (p *poller) wake(due time.Time) {
@@ -128,6 +135,11 @@ func (p *poller) run(ctx context.Context) {
 // that time. It returns when to look again, or ok == false to look again at once. idle says
 // that nothing is due before next. Then next is PollInterval from now.
 func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, idle, ok bool) {
+	// A backlog waits in the store until the dispatchers are ready for it, not on the queue while
+	// its lease runs out. Half a lease: announceClaimed gives up on a batch by then.
+	if !p.window.await(ctx, p.clock.Now, windowIDs(p.batch), p.lease/2) {
+		return time.Time{}, false, false
+	}
 	select {
 	case p.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -172,6 +184,7 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, idle, 
 		<-p.slots
 	} else {
 		p.stop.claimed(ids, now.Add(p.lease))
+		p.window.claimed(len(ids), p.clock.Now())
 		p.announcing.Add(1)
 		go func() {
 			defer p.announcing.Done()
