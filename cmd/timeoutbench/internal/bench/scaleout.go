@@ -184,6 +184,10 @@ func (s *scale) drainWith(ctx context.Context, dest string, n, size int) (Result
 	if err := errors.Join(stopErrs...); err != nil {
 		return r, err
 	}
+	var cpu time.Duration
+	for _, in := range instances0 {
+		cpu += in.cpu()
+	}
 	var logged []string
 	for _, in := range instances0 {
 		if line, n := firstError(in.log); n > 0 {
@@ -200,6 +204,8 @@ func (s *scale) drainWith(ctx context.Context, dest string, n, size int) (Result
 	r.Notes = append(r.Notes,
 		fmt.Sprintf("forwarded per instance (%s): %s = %s; %s: %d; %s: %d", dispatchedMetric, strings.Join(split, " + "), count(total),
 			failuresMetric, failures, republishedMetric, republished),
+		fmt.Sprintf("CPU of the instances, user + system, start to stop: %s (%s per 1,000 forwarded)",
+			cpu.Round(10*time.Millisecond), perThousand(cpu, total)),
 		fmt.Sprintf("backlog filled by SQL in %s before the instances started, due %s after; service defaults%s, --log-level error",
 			filled.Round(100*time.Millisecond), scaleOutLead, extraArgs()),
 		fmt.Sprintf("%d-byte payloads; duplicates counted by message id at the application's consumer", DefaultPayload))
@@ -344,6 +350,22 @@ func (in *instance) stop() error {
 		_ = in.cmd.Process.Kill()
 		return fmt.Errorf("instance %s did not stop within a minute; see %s", in.name, in.log)
 	}
+}
+
+// cpu is the CPU time, user and system, the ended instance used.
+func (in *instance) cpu() time.Duration {
+	if in.cmd.ProcessState == nil {
+		return 0
+	}
+	return in.cmd.ProcessState.UserTime() + in.cmd.ProcessState.SystemTime()
+}
+
+// perThousand is d for every 1,000 of n.
+func perThousand(d time.Duration, n int) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	return (d * 1000 / time.Duration(n)).Round(time.Millisecond)
 }
 
 // exit describes how the ended instance exited: nil for status 0, else with the last line of

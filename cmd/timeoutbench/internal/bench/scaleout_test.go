@@ -135,3 +135,12 @@ func TestScaleTargetsWithoutAStoreRate(t *testing.T) {
 	require.Equal(t, "—", got["service memory does not grow with the number pending"].Met)
 	require.Equal(t, "yes", got["PostgreSQL at 10,000,000 pending: one claim ≤ 2× the empty store's"].Met)
 }
+
+// TestPerThousand: the instances' CPU is reported per 1,000 messages forwarded, and as nothing
+// when none were.
+func TestPerThousand(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 2*time.Second, perThousand(200*time.Second, 100000))
+	require.Equal(t, 1500*time.Millisecond, perThousand(3*time.Second, 2000))
+	require.Zero(t, perThousand(time.Second, 0))
+}
