@@ -61,8 +61,8 @@
 // available_at moves to persistence.MaxDue, beyond every claim, so the claim and its index are
 // unchanged; Next may return MaxDue while only parked timeouts are stored. Claims record the
 // instance of ClaimDueAs in claimed_by, in the claim's own UPDATE (ClaimDue and Hide set it to
-// NULL); the column has no index, so ReleaseClaimsOf, run once at a manager's start, reads the
-// whole table. HoldInstance holds the name with GET_LOCK(name, 0) on a connection of its own;
+// NULL), under an index, so that ReleaseClaimsOf (at a manager's start, and after a claim whose
+// answer was lost) reads only the rows the instance claimed. HoldInstance holds the name with GET_LOCK(name, 0) on a connection of its own;
 // lock names are server-wide and at most 64 characters, so the name is the SHA-256 (hex) of the
 // database, the table and the instance. The connection is pinged every 5 seconds, so that
 // wait_timeout never ends it and a lost hold is taken again soon; release unlocks and closes it,

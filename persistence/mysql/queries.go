@@ -18,6 +18,9 @@ type queries struct {
 	addKey      string
 	// addParked adds the parking reason and the claiming instance to an older table.
 	addParked string
+	// claimedByIndex returns a row when the table has ReleaseClaimsOf's index, which
+	// addClaimedByIndex adds to an older table.
+	claimedByIndex, addClaimedByIndex string
 	// claimSelect and hideSelect lock the rows a claim or a Hide then moves by id.
 	claimSelect, hideSelect string
 	table                   string
@@ -59,7 +62,8 @@ func newQueries(table string) queries {
 			"\tPRIMARY KEY (id),\n"+
 			"\tINDEX available_at (available_at),\n"+
 			"\tINDEX owner (owner(255)),\n"+
-			"\tUNIQUE INDEX dedup_key (dedup_key)\n"+
+			"\tUNIQUE INDEX dedup_key (dedup_key),\n"+
+			"\tINDEX claimed_by (claimed_by)\n"+
 			") ENGINE=InnoDB", t),
 		// Fails with ER_NO_SUCH_TABLE when missing. Exact, unlike information_schema, whose names
 		// compare case-insensitively.
@@ -71,6 +75,11 @@ func newQueries(table string) queries {
 		// Nullable, without an index: MariaDB adds them in place, without copying the table.
 		addParked: fmt.Sprintf(`ALTER TABLE %s ADD COLUMN IF NOT EXISTS parked_reason BLOB NULL,
 	ADD COLUMN IF NOT EXISTS claimed_by VARBINARY(250) NULL`, t),
+		// ReleaseClaimsOf's lookup, at a manager's start and after a claim whose answer was lost:
+		// without it the statement reads the whole table, for longer than a call may take once the
+		// table holds millions.
+		claimedByIndex:    fmt.Sprintf(`SHOW INDEX FROM %s WHERE Key_name = 'claimed_by'`, t),
+		addClaimedByIndex: fmt.Sprintf(`ALTER TABLE %s ADD INDEX IF NOT EXISTS claimed_by (claimed_by)`, t),
 		// FORCE INDEX: read the index in order and stop at limit, so that only the rows claimed
 		// are locked; a table scan and sort would lock every due row and starve other pollers.
 		claimSelect: fmt.Sprintf(`SELECT id, due FROM %s FORCE INDEX (available_at)

@@ -174,9 +174,10 @@ func (s *Store) c() *sqlstore.Store {
 }
 
 // SetupInfrastructure creates the table and its indexes when the table is missing, and adds the
-// key column and its index, the parking reason and the claiming instance to a table an older
-// version created. When all exist it changes
-// nothing and needs no right to create or alter the table.
+// key column and its index, the parking reason, and the claiming instance and its index to a
+// table an older version created. When all exist it changes nothing and needs no right to create
+// or alter the table. Adding the claiming instance's index reads the table once: on a large
+// table, run it with `timeoutmill setup` before the instances start.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	if err := sqlstore.Opened(s.c()); err != nil {
 		return err
@@ -184,7 +185,7 @@ func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	_, err := s.db.ExecContext(ctx, s.q.tableExists)
 	switch {
 	case err == nil:
-		return nil
+		err = s.addClaimedByIndex(ctx)
 	case isServerError(err, errNoSuchTable):
 		// IF NOT EXISTS: instances starting together may both get here; the server's metadata
 		// lock lets one create and the other find it made.
@@ -193,13 +194,30 @@ func (s *Store) SetupInfrastructure(ctx context.Context) error {
 		// One ALTER at a time, each IF NOT EXISTS: instances migrating together wait for each
 		// other's metadata lock and find the columns made.
 		if _, err = s.db.ExecContext(ctx, s.q.addKey); err == nil {
-			_, err = s.db.ExecContext(ctx, s.q.addParked)
+			if _, err = s.db.ExecContext(ctx, s.q.addParked); err == nil {
+				err = s.addClaimedByIndex(ctx)
+			}
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("mysql: set up %s: %w", s.q.table, err)
 	}
 	return nil
+}
+
+// addClaimedByIndex adds ReleaseClaimsOf's index to a table an older version made, when it is
+// missing. Building it reads the table once, with writers waiting only at its start and end.
+func (s *Store) addClaimedByIndex(ctx context.Context) error {
+	rows, err := s.db.QueryContext(ctx, s.q.claimedByIndex)
+	if err != nil {
+		return err
+	}
+	indexed := rows.Next()
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil || indexed {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, s.q.addClaimedByIndex)
+	return err
 }
 
 // Limits of the columns, checked before a server in a lax sql_mode cuts a value silently.
