@@ -100,15 +100,17 @@ func runScaleSQLite(ctx context.Context, env Env, plan Plan) ([]Result, error) {
 	batch := make([][]float64, len(sides))
 	single := make([][]float64, len(sides))
 	written := make([]int64, len(sides))
+	read := make([]int64, len(sides))
 	for round := range scaleRounds {
 		for turn := range sides {
 			i := (turn + round) % len(sides)
-			r, w, err := sides[i].storeRate(ctx, per, sqliteBatchWriters, sqliteBatchSize)
+			r, rw, err := sides[i].storeRate(ctx, per, sqliteBatchWriters, sqliteBatchSize)
 			if err != nil {
 				return nil, err
 			}
 			batch[i] = append(batch[i], r)
-			written[i] += w
+			read[i] += rw.read
+			written[i] += rw.written
 			r, _, err = sides[i].storeRate(ctx, per/4, sqliteSingleWriters, 1)
 			if err != nil {
 				return nil, err
@@ -122,7 +124,7 @@ func runScaleSQLite(ctx context.Context, env Env, plan Plan) ([]Result, error) {
 		if s == full {
 			pending = sqliteScalePending
 		}
-		perTimeout := float64(written[i]) / float64(per*scaleRounds)
+		perTimeout := ioBytes{read: read[i] / int64(per*scaleRounds), written: written[i] / int64(per*scaleRounds)}
 		results = append(results, sqliteScaleResult(pending, per, claims[i], polls[i], batch[i], single[i], steering[i], perTimeout))
 	}
 	results[1].Notes = append(results[1].Notes,
@@ -132,7 +134,7 @@ func runScaleSQLite(ctx context.Context, env Env, plan Plan) ([]Result, error) {
 }
 
 // sqliteScaleResult is the row of one SQLite store.
-func sqliteScaleResult(pending, per int, claims, polls []time.Duration, batch, single []float64, steering map[string]steered, perTimeout float64) Result {
+func sqliteScaleResult(pending, per int, claims, polls []time.Duration, batch, single []float64, steering map[string]steered, perTimeout ioBytes) Result {
 	slices.Sort(claims)
 	slices.Sort(polls)
 	slices.Sort(batch)
@@ -149,7 +151,8 @@ func sqliteScaleResult(pending, per int, claims, polls []time.Duration, batch, s
 			"claim_p99_ms":          float64(p99) / float64(time.Millisecond),
 			"claim_max_ms":          float64(claims[len(claims)-1]) / float64(time.Millisecond),
 			"poll_p50_ms":           float64(polls[len(polls)/2]) / float64(time.Millisecond),
-			"written_per_timeout_b": perTimeout,
+			"written_per_timeout_b": float64(perTimeout.written),
+			"read_per_timeout_b":    float64(perTimeout.read),
 		},
 	}
 	r.Notes = append(r.Notes,
@@ -160,7 +163,8 @@ func sqliteScaleResult(pending, per int, claims, polls []time.Duration, batch, s
 		fmt.Sprintf("one claim of %d due ids: p50 %s ms, p99 %s ms, max %s ms (%d claims in %d passes, after %d to warm up in each)",
 			scaleClaimBatch, millis(claims[len(claims)/2]), millis(p99), millis(claims[len(claims)-1]), len(claims), sqliteClaimPasses, scaleWarmUp),
 		fmt.Sprintf("poll with nothing due (claim + next): p50 %s ms", millis(polls[len(polls)/2])),
-		fmt.Sprintf("%s written per stored timeout of the batch rounds (the process's write() bytes, /proc/self/io wchar: WAL and checkpoints)", kib(perTimeout)))
+		fmt.Sprintf("%s written and %s read per stored timeout of the batch rounds (the process's write() and read() bytes, /proc/self/io wchar and rchar: WAL, checkpoints and pages read back from the file)",
+			kib(float64(perTimeout.written)), kib(float64(perTimeout.read))))
 	steer := "steering p50 in ms (calls timed):"
 	for _, op := range steeringOps {
 		r.Figures[op.name+"_p50_ms"] = float64(steering[op.name].p50) / float64(time.Millisecond)
@@ -284,8 +288,8 @@ func (s *sqliteScale) empty(ctx context.Context) error {
 
 // storeRate stores n timeouts due in 90 days from writers goroutines, each storing size a call
 // (StoreMany, or Store when size is 1), and returns how many a second were stored and the bytes
-// the process wrote meanwhile.
-func (s *sqliteScale) storeRate(ctx context.Context, n, writers, size int) (float64, int64, error) {
+// the process read and wrote meanwhile.
+func (s *sqliteScale) storeRate(ctx context.Context, n, writers, size int) (float64, ioBytes, error) {
 	due := time.Now().Add(90 * 24 * time.Hour)
 	md := map[string]string{"timeoutbench": "store"}
 	batches := make(chan []persistence.Timeout, n/size+1)
@@ -297,9 +301,9 @@ func (s *sqliteScale) storeRate(ctx context.Context, n, writers, size int) (floa
 		batches <- ts
 	}
 	close(batches)
-	before, err := wchar()
+	before, err := readIO()
 	if err != nil {
-		return 0, 0, err
+		return 0, ioBytes{}, err
 	}
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -323,10 +327,10 @@ func (s *sqliteScale) storeRate(ctx context.Context, n, writers, size int) (floa
 	wg.Wait()
 	elapsed := time.Since(start)
 	if err := errors.Join(errs...); err != nil {
-		return 0, 0, fmt.Errorf("storing: %w", err)
+		return 0, ioBytes{}, fmt.Errorf("storing: %w", err)
 	}
-	after, err := wchar()
-	return float64(n) / elapsed.Seconds(), after - before, err
+	after, err := readIO()
+	return float64(n) / elapsed.Seconds(), ioBytes{read: after.read - before.read, written: after.written - before.written}, err
 }
 
 // sqliteClaims claims due ids from each side in turn, timing each claim after scaleWarmUp untimed
@@ -471,24 +475,44 @@ type steered struct {
 	calls int
 }
 
-// wchar is the bytes this process has passed to write calls (/proc/self/io): what SQLite appends
-// to the WAL and copies into the database file, whatever the file system.
-func wchar() (int64, error) {
+// ioBytes are bytes passed to read and write calls.
+type ioBytes struct{ read, written int64 }
+
+// readIO is the bytes this process has passed to read and write calls (/proc/self/io rchar and
+// wchar): what SQLite appends to the WAL, copies into the database file and reads back from it,
+// whatever the file system and its cache.
+func readIO() (ioBytes, error) {
 	f, err := os.Open("/proc/self/io")
 	if err != nil {
-		return 0, fmt.Errorf("reading the bytes written: %w", err)
+		return ioBytes{}, fmt.Errorf("reading the bytes read and written: %w", err)
 	}
 	defer f.Close()
+	var io ioBytes
+	var found int
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "wchar:"); ok {
-			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		field, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || field != "rchar" && field != "wchar" {
+			continue
 		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return ioBytes{}, fmt.Errorf("reading the bytes read and written: %s: %w", field, err)
+		}
+		if field == "rchar" {
+			io.read = n
+		} else {
+			io.written = n
+		}
+		found++
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("reading the bytes written: %w", err)
+		return ioBytes{}, fmt.Errorf("reading the bytes read and written: %w", err)
 	}
-	return 0, errors.New("reading the bytes written: no wchar in /proc/self/io")
+	if found != 2 {
+		return ioBytes{}, errors.New("reading the bytes read and written: no rchar and wchar in /proc/self/io")
+	}
+	return io, nil
 }
 
 // sqliteScaleTargets holds the SQLite store at 1 M pending to the empty one measured beside it:
@@ -513,9 +537,10 @@ func sqliteScaleTargets(results []Result) []Target {
 	if haveSmall && haveLarge {
 		s0, s1 := small.Figures["store"], large.Figures["store"]
 		if s0 > 0 {
-			storeT.Measured = fmt.Sprintf("%s/s empty, %s/s at %s pending (%+.0f %%); %s and %s written per timeout",
+			storeT.Measured = fmt.Sprintf("%s/s empty, %s/s at %s pending (%+.0f %%); %s and %s written per timeout; %s and %s read",
 				rate(s0), rate(s1), count(int(large.Figures["pending"])), 100*(s1-s0)/s0,
-				kib(small.Figures["written_per_timeout_b"]), kib(large.Figures["written_per_timeout_b"]))
+				kib(small.Figures["written_per_timeout_b"]), kib(large.Figures["written_per_timeout_b"]),
+				kib(small.Figures["read_per_timeout_b"]), kib(large.Figures["read_per_timeout_b"]))
 			storeT.Met = verdict(s1 >= 0.75*s0)
 		}
 		p99, p99Empty := large.Figures["claim_p99_ms"], small.Figures["claim_p99_ms"]

@@ -10,8 +10,8 @@ import (
 // the steering target fails on one call past 2× the empty store's.
 func TestSQLiteScaleTargetsReadTheSQLiteRows(t *testing.T) {
 	t.Parallel()
-	empty := map[string]float64{"pending": 0, "store": 1000, "claim_p50_ms": 10, "claim_p99_ms": 20, "written_per_timeout_b": 5 * 1024}
-	full := map[string]float64{"pending": 1000000, "store": 800, "claim_p50_ms": 15, "claim_p99_ms": 30, "written_per_timeout_b": 10 * 1024}
+	empty := map[string]float64{"pending": 0, "store": 1000, "claim_p50_ms": 10, "claim_p99_ms": 20, "written_per_timeout_b": 5 * 1024, "read_per_timeout_b": 1024}
+	full := map[string]float64{"pending": 1000000, "store": 800, "claim_p50_ms": 15, "claim_p99_ms": 30, "written_per_timeout_b": 10 * 1024, "read_per_timeout_b": 3 * 1024}
 	for _, op := range steeringOps {
 		empty[op.name+"_p50_ms"] = 0.02
 		full[op.name+"_p50_ms"] = 0.03
@@ -34,6 +34,7 @@ func TestSQLiteScaleTargetsReadTheSQLiteRows(t *testing.T) {
 	got := goals()
 	require.Equal(t, "yes", got[at+"batch store rate within 25 % of the empty store's"].Met)
 	require.Contains(t, got[at+"batch store rate within 25 % of the empty store's"].Measured, "5.0 KiB and 10.0 KiB written per timeout")
+	require.Contains(t, got[at+"batch store rate within 25 % of the empty store's"].Measured, "1.0 KiB and 3.0 KiB read")
 	require.Equal(t, "yes", got[at+"one claim's p99 ≤ 2× the empty store's"].Met)
 	steer := got[at+"each steering call's p50 ≤ 2× the empty store's"]
 	require.Equal(t, "yes", steer.Met)
