@@ -106,8 +106,9 @@
 // any reason of persistence.MaxParkReasonLength bytes) holds the reason and AvailableAt moves to
 // persistence.MaxDue, beyond every claim; Next may return MaxDue while only parked timeouts are
 // stored. The claim sets ClaimedBy to the instance of ClaimDueAs in its own UPDATE (NULL for
-// ClaimDue); the column has no index, so ReleaseClaimsOf, run once at a manager's start, reads
-// the whole table. HoldInstance takes sp_getapplock with @LockOwner = 'Session' and no wait on a
+// ClaimDue), under an index filtered to the rows a named instance claimed, so that
+// ReleaseClaimsOf (at a manager's start, and after a claim whose answer was lost) reads those
+// rows alone. HoldInstance takes sp_getapplock with @LockOwner = 'Session' and no wait on a
 // connection of its own (application locks are per database; the resource is a SHA-256 of the
 // table and the instance), pinged every 5 seconds; release gives the lock back and closes the
 // connection, and Close releases every hold. If the connection dies, SQL Server ends the session

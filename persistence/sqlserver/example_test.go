@@ -75,6 +75,14 @@ func ExampleSetupScript() {
 	// GO
 	// IF COL_LENGTH(N'[dbo].[orders.timeouts]', 'ParkedReason') IS NULL
 	// 	ALTER TABLE [dbo].[orders.timeouts] ADD ParkedReason nvarchar(2000) NULL, ClaimedBy nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL;
+	// GO
+	// IF NOT EXISTS (
+	// 	SELECT * FROM sys.indexes
+	// 	WHERE name = 'Index_ClaimedBy' AND object_id = OBJECT_ID(N'[dbo].[orders.timeouts]')
+	// )
+	// BEGIN
+	// 	CREATE INDEX Index_ClaimedBy ON [dbo].[orders.timeouts] (ClaimedBy) WHERE ClaimedBy IS NOT NULL;
+	// END
 }
 
 // ExampleConfig_String: a Config can be logged; its DSN's password is not.

@@ -94,6 +94,7 @@ func statements(q queries) []namedSQL {
 		{"schedule", q.schedule},
 		{"reschedule", q.reschedule},
 		{"addParked", q.addParked},
+		{"claimedByIndex", q.claimedByIndex},
 		{"park", q.park},
 		{"releaseClaimsOf", q.releaseClaimsOf},
 		{"holdInstance", holdInstance},
@@ -206,7 +207,7 @@ func checkStatement(sql, schema, table string, columns []string) ([]string, erro
 	if err != nil {
 		return nil, err
 	}
-	exact := slices.Concat(columns, catalogNames(), localNames(), []string{indexTime, indexAvailableAt, indexOwner, indexDedupKey})
+	exact := slices.Concat(columns, catalogNames(), localNames(), []string{indexTime, indexAvailableAt, indexOwner, indexDedupKey, indexClaimedBy})
 	keywords := keywords()
 	var (
 		depth    int

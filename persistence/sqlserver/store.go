@@ -200,10 +200,15 @@ func (s *Store) c() *sqlstore.Store {
 	return s.core
 }
 
+// installedCount is what queries.installed counts on a table set up by this version: five
+// indexes and the parking columns.
+const installedCount = 6
+
 // SetupInfrastructure creates the schema, the table and its indexes when they are missing (the
-// script SetupScript returns), and adds the key column and its index, the parking reason and the
-// claiming instance to a table an older version created. When all exist it changes nothing and needs no right to create
-// them.
+// script SetupScript returns), and adds the key column and its index, the parking reason, and the
+// claiming instance and its index to a table an older version created. When all exist it changes
+// nothing and needs no right to create them. Adding the claiming instance's index reads the table
+// once: on a large table, run the script (or `timeoutmill setup`) before the instances start.
 func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	if err := sqlstore.Opened(s.c()); err != nil {
 		return err
@@ -212,7 +217,7 @@ func (s *Store) SetupInfrastructure(ctx context.Context) error {
 	if err := s.db.QueryRowContext(ctx, s.q.installed).Scan(&indexes); err != nil {
 		return fmt.Errorf("sqlserver: set up %s: %w", s.q.table, err)
 	}
-	if indexes == 5 {
+	if indexes == installedCount {
 		return nil
 	}
 	if err := s.install(ctx); err != nil {

@@ -515,7 +515,7 @@ func TestSetupInfrastructureLooksThenLocks(t *testing.T) {
 	})
 	ctx := t.Context()
 
-	indexes = 5
+	indexes = installedCount
 	require.NoError(t, store.SetupInfrastructure(ctx))
 	require.Len(t, fake.recorded(), 1, "only the look")
 	require.Empty(t, fake.txEvents)
@@ -527,7 +527,7 @@ func TestSetupInfrastructureLooksThenLocks(t *testing.T) {
 		require.True(t, c.inTx, "in the transaction:\n%s", c.query)
 		sent = append(sent, c.query)
 	}
-	require.Equal(t, []string{q.lockSetup, q.setupSchema, q.setupTable, q.addKey, q.keyIndex, q.addParked}, sent,
+	require.Equal(t, []string{q.lockSetup, q.setupSchema, q.setupTable, q.addKey, q.keyIndex, q.addParked, q.claimedByIndex}, sent,
 		"lock, then the script's batches")
 	require.Equal(t, []string{"begin", "commit"}, fake.txEvents)
 

@@ -46,7 +46,7 @@ END
 
 -- name: installed
 SELECT COUNT(*) + CASE WHEN COL_LENGTH(N'[sch]]ema''; DROP TABLE x; --].[it''s [the]] "orders"]]; DROP TABLE x; --.timeouts]', 'ParkedReason') IS NULL THEN 0 ELSE 1 END FROM sys.indexes
-WHERE object_id = OBJECT_ID(N'[sch]]ema''; DROP TABLE x; --].[it''s [the]] "orders"]]; DROP TABLE x; --.timeouts]', 'U') AND name IN ('Index_Time', 'Index_AvailableAt', 'Index_Owner', 'Index_DedupKey')
+WHERE object_id = OBJECT_ID(N'[sch]]ema''; DROP TABLE x; --].[it''s [the]] "orders"]]; DROP TABLE x; --.timeouts]', 'U') AND name IN ('Index_Time', 'Index_AvailableAt', 'Index_Owner', 'Index_DedupKey', 'Index_ClaimedBy')
 
 -- name: lockSetup
 DECLARE @result int;
@@ -140,6 +140,15 @@ SELECT @@ROWCOUNT;
 IF COL_LENGTH(N'[sch]]ema''; DROP TABLE x; --].[it''s [the]] "orders"]]; DROP TABLE x; --.timeouts]', 'ParkedReason') IS NULL
 	ALTER TABLE [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] ADD ParkedReason nvarchar(2000) NULL, ClaimedBy nvarchar(250) COLLATE Latin1_General_100_BIN2 NULL;
 
+-- name: claimedByIndex
+IF NOT EXISTS (
+	SELECT * FROM sys.indexes
+	WHERE name = 'Index_ClaimedBy' AND object_id = OBJECT_ID(N'[sch]]ema''; DROP TABLE x; --].[it''s [the]] "orders"]]; DROP TABLE x; --.timeouts]')
+)
+BEGIN
+	CREATE INDEX Index_ClaimedBy ON [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] (ClaimedBy) WHERE ClaimedBy IS NOT NULL;
+END
+
 -- name: park
 UPDATE [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] SET AvailableAt = CAST(@parkedAt AS datetime2(7)), ParkedReason = @reason, ClaimedBy = NULL, DedupKey = NULL
 WHERE Id = @id;
@@ -147,7 +156,7 @@ SELECT @@ROWCOUNT;
 
 -- name: releaseClaimsOf
 UPDATE [sch]]ema'; DROP TABLE x; --].[it's [the]] "orders"]]; DROP TABLE x; --.timeouts] SET AvailableAt = Time, ClaimedBy = NULL
-WHERE ClaimedBy = @instance AND AvailableAt <> Time AND AvailableAt < CAST(@hiddenFrom AS datetime2(7)) AND ParkedReason IS NULL;
+WHERE ClaimedBy = @instance AND ClaimedBy IS NOT NULL AND AvailableAt <> Time AND AvailableAt < CAST(@hiddenFrom AS datetime2(7)) AND ParkedReason IS NULL;
 SELECT @@ROWCOUNT;
 
 -- name: holdInstance
