@@ -131,8 +131,18 @@ func (s *scale) drainWith(ctx context.Context, dest string, n, size int) (Result
 		}
 		instances = append(instances, in)
 	}
-	for _, in := range instances {
-		if err := in.ready(ctx, time.Until(due)); err != nil {
+	for i := range instances {
+		err := instances[i].ready(ctx, time.Until(due))
+		// freePort's port is free when chosen, not when the instance binds it: on a shared
+		// machine another process may take it first. Such an instance is started again.
+		for tries := 1; err != nil && instances[i].lostItsPort() && tries < 3; tries++ {
+			var in *instance
+			if in, err = s.startInstance(instances[i].name); err == nil {
+				instances[i] = in
+				err = in.ready(ctx, time.Until(due))
+			}
+		}
+		if err != nil {
 			return r, err
 		}
 	}
@@ -350,6 +360,17 @@ func (in *instance) stop() error {
 		_ = in.cmd.Process.Kill()
 		return fmt.Errorf("instance %s did not stop within a minute; see %s", in.name, in.log)
 	}
+}
+
+// lostItsPort is whether the instance ended because its --metrics-addr was taken.
+func (in *instance) lostItsPort() bool {
+	select {
+	case <-in.exited:
+	default:
+		return false
+	}
+	b, err := os.ReadFile(in.log)
+	return err == nil && strings.Contains(string(b), "--metrics-addr") && strings.Contains(string(b), "address already in use")
 }
 
 // cpu is the CPU time, user and system, the ended instance used.

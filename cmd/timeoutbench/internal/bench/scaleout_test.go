@@ -1,6 +1,9 @@
 package bench
 
 import (
+	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -143,4 +146,24 @@ func TestPerThousand(t *testing.T) {
 	require.Equal(t, 2*time.Second, perThousand(200*time.Second, 100000))
 	require.Equal(t, 1500*time.Millisecond, perThousand(3*time.Second, 2000))
 	require.Zero(t, perThousand(time.Second, 0))
+}
+
+// TestLostItsPort: an instance that ended because another process took its metrics port is told
+// apart from one that failed otherwise or still runs.
+func TestLostItsPort(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	instanceWith := func(log string, ended bool) *instance {
+		path := filepath.Join(dir, strconv.Itoa(len(log))+strconv.FormatBool(ended)+".log")
+		require.NoError(t, os.WriteFile(path, []byte(log), 0o600))
+		in := &instance{log: path, exited: make(chan struct{})}
+		if ended {
+			close(in.exited)
+		}
+		return in
+	}
+	taken := "timeoutmill: --metrics-addr: listen tcp 127.0.0.1:34311: bind: address already in use\n"
+	require.True(t, instanceWith(taken, true).lostItsPort())
+	require.False(t, instanceWith(taken, false).lostItsPort(), "still running")
+	require.False(t, instanceWith("timeoutmill: store: connection refused\n", true).lostItsPort())
 }
