@@ -132,7 +132,7 @@ func TestLongTableNames(t *testing.T) {
 	db := openDB(t, dsn)
 	var indexes int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1`, schema).Scan(&indexes))
-	require.Equal(t, 27, indexes, "three tables, seven indexes each (primary key, available_at, owner, dedup_key, due_id, parked, claimed), "+
+	require.Equal(t, 30, indexes, "three tables, eight indexes each (primary key, available_at, owner, dedup_key, due_id, parked, claimed, claimed_by), "+
 		"and two on each table of owners (its key, its counts)")
 	var counts int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename LIKE '%\_counts'`,

@@ -61,7 +61,7 @@ func TestMigratesOldTable(t *testing.T) {
 	sqlstoretest.Migrated(t, open(t, config), "old")
 	var indexes int
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1`, schema).Scan(&indexes))
-	require.Equal(t, 9, indexes, "primary key, available_at, owner, dedup_key, due_id, parked, claimed, and the owners' key and counts")
+	require.Equal(t, 10, indexes, "primary key, available_at, owner, dedup_key, due_id, parked, claimed, claimed_by, and the owners' key and counts")
 }
 
 // TestCountsOnPreviousTable: a table the previous release made, in use, gets the counts Stats
