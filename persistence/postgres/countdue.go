@@ -31,7 +31,7 @@ func (s *Store) CountDue(ctx context.Context, bounds []time.Time) ([]int, error)
 		minutes[i] = b.UTC().Truncate(time.Minute)
 	}
 	db := sqlstore.DB(s.core)
-	if err := s.q.counts.foldOn(ctx, db); err != nil {
+	if err := s.q.counts.foldUnlessFresh(ctx, db); err != nil {
 		return nil, fmt.Errorf("postgres: count due: %w", err)
 	}
 	rows, err := db.QueryContext(ctx, s.q.counts.due, sorted, minutes)

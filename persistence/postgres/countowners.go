@@ -24,7 +24,7 @@ func (s *Store) CountOwners(ctx context.Context, limit int) (persistence.OwnerCo
 		return persistence.OwnerCounts{}, err
 	}
 	db := sqlstore.DB(s.core)
-	if err := s.q.counts.foldOn(ctx, db); err != nil {
+	if err := fold(ctx, db, s.q.counts.foldOwners); err != nil {
 		return persistence.OwnerCounts{}, fmt.Errorf("postgres: count owners: %w", err)
 	}
 	counts, err := s.q.counts.readOwners(ctx, db, max(limit, 0))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -55,8 +56,12 @@ type counts struct {
 	lockTimeouts                           string
 	dropTriggers, createTriggers, reset    []string
 	fold, stats, total                     string
-	// foldCounts folds the counts alone, for Count.
-	foldCounts string
+	// foldCounts folds the counts alone, for Count; foldOwners the owners' deltas alone, for
+	// CountOwners.
+	foldCounts, foldOwners string
+	// folded is when a fold of everything last ran to its end on this store, in Unix
+	// nanoseconds: CountDue does not fold again within foldFresh of it.
+	folded *atomic.Int64
 	// due counts, for CountDue, the timeouts in each bucket of due times, and apart the parked.
 	due string
 	// ownerDeltasRead sums the deltas per owner; topOwners reads the owners with the most
@@ -82,6 +87,7 @@ func newCounts(s, t, table string) counts {
 		claimedIndex: s + "." + quoteIdent(indexName(table, "claimed")),
 		owners:       s + "." + quoteIdent(indexName(table, "owners")),
 		ownerDeltas:  s + "." + quoteIdent(indexName(table, "owner_deltas")),
+		folded:       new(atomic.Int64),
 	}
 	// Many Stats at once fold in turn: the first takes the lock, the others find it taken and
 	// only read. Under READ COMMITTED a row deleted by a fold that committed meanwhile is
@@ -97,6 +103,11 @@ HAVING sum(pending) <> 0 OR sum(parked) <> 0`, c.table, lockSpace(c.table))
 	// minute with timeouts due. Each statement reads after the lock is taken, so it sees the
 	// rows the last fold made (a statement that read before would leave them beside its own,
 	// and a minute whose rows sum to 0 would keep them until it changed again).
+	ownersBody := fmt.Sprintf(`WITH added AS (DELETE FROM %[2]s RETURNING owner, n)
+	INSERT INTO %[1]s AS o (owner, n) SELECT owner, sum(n) FROM added GROUP BY owner HAVING sum(n) <> 0 ORDER BY owner
+	ON CONFLICT (owner) DO UPDATE SET n = o.n + excluded.n;
+	DELETE FROM %[1]s WHERE n = 0;`, c.owners, c.ownerDeltas)
+	c.foldOwners = "DO " + dollarQuote(fmt.Sprintf("BEGIN\nIF pg_try_advisory_xact_lock(%d, 1) THEN\n\t%s\nEND IF;\nEND", lockSpace(c.table), ownersBody))
 	foldBody := fmt.Sprintf(`IF pg_try_advisory_xact_lock(%[2]d, 1) THEN
 	WITH folded AS (DELETE FROM %[1]s RETURNING destination, pending, parked)
 	INSERT INTO %[1]s (destination, pending, parked)
@@ -104,11 +115,8 @@ HAVING sum(pending) <> 0 OR sum(parked) <> 0`, c.table, lockSpace(c.table))
 	HAVING sum(pending) <> 0 OR sum(parked) <> 0;
 	WITH merged AS (DELETE FROM %[3]s WHERE bucket IN (SELECT bucket FROM %[3]s WHERE NOT folded) RETURNING bucket, n)
 	INSERT INTO %[3]s (bucket, n, folded) SELECT bucket, sum(n), true FROM merged GROUP BY bucket HAVING sum(n) <> 0;
-	WITH added AS (DELETE FROM %[5]s RETURNING owner, n)
-	INSERT INTO %[4]s AS o (owner, n) SELECT owner, sum(n) FROM added GROUP BY owner HAVING sum(n) <> 0 ORDER BY owner
-	ON CONFLICT (owner) DO UPDATE SET n = o.n + excluded.n;
-	DELETE FROM %[4]s WHERE n = 0;
-END IF;`, c.table, lockSpace(c.table), c.dues, c.owners, c.ownerDeltas)
+	%[4]s
+END IF;`, c.table, lockSpace(c.table), c.dues, ownersBody)
 	c.fold = "DO " + dollarQuote("BEGIN\n"+foldBody+"\nEND")
 	// No index: Stats reads every row, and a fold every row of the minutes it folds.
 	c.createDues = fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
@@ -317,8 +325,29 @@ func (s *Store) Count(ctx context.Context) (pending, parked int, err error) {
 	return pending, parked, nil
 }
 
-// foldOn folds the counts and the dues on db unless another call is folding them.
-func (c counts) foldOn(ctx context.Context, db *sql.DB) error { return fold(ctx, db, c.fold) }
+// foldFresh is how long after a fold of everything on this store CountDue reads without
+// folding again: the dashboard's overview calls Stats, then CountDue, and each fold reads the
+// whole dues table twice (a few milliseconds at tens of thousands of minutes). The counts are
+// exact folded or not; a fold only keeps them short.
+const foldFresh = time.Second
+
+// foldOn folds the counts, the dues and the owners on db unless another call is folding them.
+func (c counts) foldOn(ctx context.Context, db *sql.DB) error {
+	start := time.Now()
+	if err := fold(ctx, db, c.fold); err != nil {
+		return err
+	}
+	c.folded.Store(start.UnixNano())
+	return nil
+}
+
+// foldUnlessFresh is foldOn, unless a fold of everything began on this store within foldFresh.
+func (c counts) foldUnlessFresh(ctx context.Context, db *sql.DB) error {
+	if time.Since(time.Unix(0, c.folded.Load())) < foldFresh {
+		return nil
+	}
+	return c.foldOn(ctx, db)
+}
 
 // fold runs statement, a fold, on db. A fold that fails, on a standby or without the right to
 // write, leaves the counts as exact, only longer to sum: only a cancelled ctx is an error.
