@@ -190,6 +190,7 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, idle, 
 			defer p.announcing.Done()
 			if !p.awaitAnnouncing(ctx, now.Add(-p.announceAhead())) {
 				p.stop.release(ids, "the stop came before they were announced")
+				p.window.handled(len(ids))
 				return
 			}
 			defer func() { <-p.slots }()
@@ -256,6 +257,8 @@ func (p *poller) releaseOrphans(ctx context.Context) bool {
 	}
 	p.fetch.Success()
 	p.orphans = false
+	// Every claim of the instance is given back, and will be claimed again: none is ours to wait for.
+	p.window.reset()
 	if n > 0 {
 		p.logger.Info("Gave back the claims a failed claim may have left", watermill.LogFields{"released": n})
 	}
@@ -368,6 +371,7 @@ func (p *poller) announceClaimed(ctx context.Context, ids []string, claimedAt, d
 		if p.stop.stopping() {
 			p.logger.Debug("Announcing due timeouts cut short by the stop", watermill.LogFields{"count": len(ids), "error": err.Error()})
 			p.stop.release(ids, "announcement cut short by the stop")
+			p.window.handled(len(ids))
 			return
 		}
 		retry := p.clock.Now().Add(p.retryDelay).Before(giveUp)
@@ -375,7 +379,8 @@ func (p *poller) announceClaimed(ctx context.Context, ids []string, claimedAt, d
 			"count": len(ids), "retry": retry, "lease": p.lease})
 		p.dispatch.Failure(ctx, err)
 		if !retry || ctx.Err() != nil {
-			return // claimed again when their lease runs out
+			p.window.handled(len(ids)) // not announced: no dispatch satellite will handle them
+			return                     // claimed again when their lease runs out
 		}
 	}
 }

@@ -67,6 +67,17 @@ func (w *claimWindow) handled(n int) {
 	}
 }
 
+// reset forgets every claimed batch: the instance gave its claims back.
+func (w *claimWindow) reset() {
+	w.mu.Lock()
+	w.batches, w.held = nil, 0
+	w.mu.Unlock()
+	select {
+	case w.freed <- struct{}{}:
+	default:
+	}
+}
+
 // await waits until fewer than limit ids claimed within expiry before now are unhandled. It
 // returns false when ctx ends first.
 func (w *claimWindow) await(ctx context.Context, now func() time.Time, limit int, expiry time.Duration) bool {
