@@ -32,11 +32,6 @@
 // committed since, between two of its transactions, and the WAL starts over; a WAL that starts
 // over is truncated to 64 MiB. New leaves checkpoints to the caller's pool, as SQLite makes them.
 //
-// The connection that writes keeps a page cache of up to 64 MiB (SQLite's default is 2 MiB), filled
-// only as pages are read: at a million timeouts it holds the id index, which each Store looks up
-// and inserts into at a random place, so that an insert does not read its page back from the
-// file.
-//
 // ScheduleTx schedules a timeout inside a transaction of the caller's on the same file, so that
 // it exists if and only if that transaction commits. Begin it on a *sql.DB of your own, the one
 // you give New or one opened on Open's file, whose DSN has _txlock=immediate and a busy_timeout:

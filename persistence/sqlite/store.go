@@ -191,13 +191,6 @@ func New(ctx context.Context, db *sql.DB, config Config) (*Store, error) {
 	return s, nil
 }
 
-// writerCacheKiB bounds the page cache of the connections that write (SQLite's default is 2 MiB).
-// Each Store looks its id up in the primary key's index and inserts it there, at a random place
-// for random ids: at a million timeouts that index alone is about 50 MiB, so with the default
-// cache nearly every insert reads its leaf page back from the file. SQLite fills the cache only
-// as pages are read: a small database uses little of it.
-const writerCacheKiB = 64 << 10
-
 // dsn builds the data source name of a pool on the file. The path is escaped as an SQLite URI
 // path, so that '?', '#' and '%' in it mean themselves.
 func dsn(config Config, readOnly bool) string {
@@ -215,8 +208,6 @@ func dsn(config Config, readOnly bool) string {
 		// A group's transaction takes the write lock at BEGIN, so that it never has to upgrade a
 		// read snapshot another process's commit made stale (SQLITE_BUSY_SNAPSHOT).
 		params.Add("_txlock", "immediate")
-		// A page cache that holds the indexes of a million timeouts (see writerCacheKiB).
-		params.Add("_pragma", fmt.Sprintf("cache_size(-%d)", writerCacheKiB))
 	}
 	if config.MustExist {
 		params.Add("mode", "rw") // SQLite's own URI parameter: a file deleted meanwhile is not made again
