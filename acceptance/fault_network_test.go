@@ -475,6 +475,11 @@ func TestFaultNetworkLatency(t *testing.T) {
 				pileUp = 10 * time.Second
 			)
 			r := newNetworkRig(t, "lat-"+target.name, "--outage-wait", "30s")
+			// Latency while the timeouts fall due, not while the service sets up: a first start
+			// creates the table, its indexes and its counts, dozens of round trips that would
+			// each pay the latency and delay every timeout due before the poller is ready.
+			_, ok := r.svc.waitLog(`Gave back the claims an earlier run of this instance left`, 90*time.Second)
+			require.True(t, ok, "the poller ready:\n%s", r.svc.tail(20))
 			// Every timeout is stored, claimed and dispatched through the slow network.
 			r.poison(t, target, "latency", toxiproxy.Attributes{"latency": latency.Milliseconds(), "jitter": jitter.Milliseconds()}, "downstream")
 			msgs := newTimeouts(count, r.dest, time.Now().Add(3*time.Second), 10*time.Second)
