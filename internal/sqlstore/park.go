@@ -118,8 +118,8 @@ func (s *Store) ClaimDueAs(ctx context.Context, instance string, now time.Time, 
 }
 
 // ReleaseClaimsOf makes every timeout instance holds claimed, neither hidden nor parked,
-// claimable again from its due time, in one statement, and returns how many it released. The
-// claiming instance has no index: the statement reads the whole table.
+// claimable again from its due time, in one statement, and returns how many it released. Each
+// store indexes the claiming instance, so that the statement reads only the rows it names.
 func (s *Store) ReleaseClaimsOf(ctx context.Context, instance string) (int, error) {
 	if err := Opened(s); err != nil {
 		return 0, err

@@ -171,9 +171,9 @@ const Columns = "id, destination, due, available_at, owner, payload, metadata, f
 // parked_reason is why a timeout was parked, NULL when it is not: a parked row's available_at is
 // persistence.MaxDue, which no poller's now reaches, so that the claim and its index stay as they
 // are; the statements that take available_at past persistence.HiddenFrom for hidden leave parked
-// rows out. claimed_by is the instance of ClaimDueAs that claimed a row last, NULL for none; it
-// has no index, since every claim writes it (ReleaseClaimsOf, run once at a manager's start,
-// reads the table).
+// rows out. claimed_by is the instance of ClaimDueAs that claimed a row last, NULL for none; each
+// store indexes it (partially, where it can), for ReleaseClaimsOf at a manager's start and after
+// a claim whose answer was lost, which must not read the whole table.
 func Standard(t string, style Style) Queries {
 	in := func(int) string { return "= ANY($1)" }
 	if style != Numbered {

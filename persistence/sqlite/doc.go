@@ -47,7 +47,8 @@
 // Parked timeouts (persistence.Parker) keep their row: parked_reason holds the reason and
 // available_at moves to persistence.MaxDue, beyond every claim; Next may return MaxDue while only
 // parked timeouts are stored. Claims record the instance of ClaimDueAs in claimed_by, in the
-// claim's own UPDATE; ReleaseClaimsOf reads the whole table. HoldInstance takes an exclusive
+// claim's own UPDATE, under a partial index of the rows a named instance claimed, so that
+// ReleaseClaimsOf reads those rows alone. HoldInstance takes an exclusive
 // flock on "<database>-instance-<hash>.lock" beside the database file (left in place), which the
 // operating system releases when the process ends however it ends; a database in memory (New on
 // a caller's pool) is held in the store only, and a platform without flock cannot hold a name.

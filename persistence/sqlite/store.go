@@ -284,16 +284,19 @@ func (s *Store) createTable(ctx context.Context) error {
 			return err
 		}
 		parked, err := count(ctx, db, s.q.hasParked, s.table)
-		if err != nil || parked == 2 {
+		if err != nil {
 			return err
 		}
-		// An older table has neither column (both are added in one transaction).
-		for _, stmt := range s.q.addParked {
-			if _, err := db.ExecContext(ctx, stmt); err != nil {
-				return err
+		if parked != 2 {
+			// An older table has neither column (both are added in one transaction).
+			for _, stmt := range s.q.addParked {
+				if _, err := db.ExecContext(ctx, stmt); err != nil {
+					return err
+				}
 			}
 		}
-		return nil
+		_, err = db.ExecContext(ctx, s.q.claimedByIndex)
+		return err
 	}))
 }
 
