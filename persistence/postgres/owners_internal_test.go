@@ -3,15 +3,12 @@ package postgres
 import (
 	"database/sql"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
-	"github.com/timeoutmill/timeoutmill/internal/testenv"
 	"github.com/timeoutmill/timeoutmill/persistence"
 )
 
@@ -22,13 +19,8 @@ import (
 // after a TRUNCATE. A claim of 500 appends no delta.
 func TestCountOwnersExact(t *testing.T) {
 	t.Parallel()
-	dsn, schema := testenv.PostgresSchema(t)
 	ctx := t.Context()
-	store, err := Open(ctx, Config{DSN: dsn, Schema: schema, Endpoint: "orders"})
-	require.NoError(t, err)
-	require.NoError(t, store.SetupInfrastructure(ctx))
-	t.Cleanup(func() { require.NoError(t, store.Close()) })
-	db := sqlstore.DB(store.core)
+	store, db, _ := openOrders(t)
 	deltaRows := func() int {
 		var n int
 		require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM `+store.q.counts.ownerDeltas).Scan(&n))
@@ -58,7 +50,7 @@ func TestCountOwnersExact(t *testing.T) {
 		_, err := store.Store(ctx, to)
 		require.NoError(t, err)
 	}
-	_, err = store.StoreMany(ctx, batch[50:])
+	_, err := store.StoreMany(ctx, batch[50:])
 	require.NoError(t, err)
 	requireOwners(t, store, db)
 	_, err = store.Remove(ctx, "hot-39-0")
@@ -156,14 +148,9 @@ func TestCountOwnersExact(t *testing.T) {
 // key, never the whole table of owners.
 func TestCountOwnersPlanReadsIndexes(t *testing.T) {
 	t.Parallel()
-	dsn, schema := testenv.PostgresSchema(t)
 	ctx := t.Context()
-	store, err := Open(ctx, Config{DSN: dsn, Schema: schema, Endpoint: "orders"})
-	require.NoError(t, err)
-	require.NoError(t, store.SetupInfrastructure(ctx))
-	t.Cleanup(func() { require.NoError(t, store.Close()) })
-	db := sqlstore.DB(store.core)
-	_, err = db.ExecContext(ctx, `INSERT INTO `+store.q.table+` (id, destination, due, available_at, owner, payload, metadata)
+	store, db, _ := openOrders(t)
+	_, err := db.ExecContext(ctx, `INSERT INTO `+store.q.table+` (id, destination, due, available_at, owner, payload, metadata)
 	SELECT 't' || g, 'd', now(), now(), CASE WHEN g % 10 = 0 THEN '' ELSE 'saga-' || g END, '', '' FROM generate_series(1, 50000) AS g`)
 	require.NoError(t, err)
 	got, err := store.CountOwners(ctx, 3)
@@ -176,26 +163,10 @@ func TestCountOwnersPlanReadsIndexes(t *testing.T) {
 		query, index string
 		arg          any
 	}{{store.q.counts.topOwners, "owners_n", 13}, {store.q.counts.ownersOf, "owners_pkey", []string{"", "saga-7"}}} {
-		plan := explain(t, db, q.query, q.arg)
+		plan := planText(t, db, q.query, q.arg)
 		require.NotContains(t, plan, "Seq Scan", plan)
 		require.Contains(t, plan, q.index, plan)
 	}
-}
-
-// explain returns the plan of query with args.
-func explain(t *testing.T, db *sql.DB, query string, args ...any) string {
-	t.Helper()
-	rows, err := db.QueryContext(t.Context(), `EXPLAIN `+query, args...)
-	require.NoError(t, err)
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var line string
-		require.NoError(t, rows.Scan(&line))
-		plan = append(plan, line)
-	}
-	require.NoError(t, rows.Err())
-	return strings.Join(plan, "\n")
 }
 
 // requireOwners checks CountOwners against a GROUP BY of the table, at several limits.

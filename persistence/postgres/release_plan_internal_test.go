@@ -1,14 +1,12 @@
 package postgres
 
 import (
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
-	"github.com/timeoutmill/timeoutmill/internal/testenv"
 )
 
 // ReleaseClaimsOf runs at every manager's start and after a claim whose answer was lost. Without
@@ -18,14 +16,9 @@ import (
 // claimed.
 func TestReleaseClaimsOfReadsAnIndex(t *testing.T) {
 	t.Parallel()
-	dsn, schema := testenv.PostgresSchema(t)
 	ctx := t.Context()
-	store, err := Open(ctx, Config{DSN: dsn, Schema: schema, Endpoint: "orders"})
-	require.NoError(t, err)
-	require.NoError(t, store.SetupInfrastructure(ctx))
-	t.Cleanup(func() { require.NoError(t, store.Close()) })
-	db := sqlstore.DB(store.core)
-	_, err = db.ExecContext(ctx, `INSERT INTO `+store.q.table+` (id, destination, due, available_at, payload, metadata)
+	store, db, config := openOrders(t)
+	_, err := db.ExecContext(ctx, `INSERT INTO `+store.q.table+` (id, destination, due, available_at, payload, metadata)
 	SELECT 't' || g, 'd', d, d, decode(repeat(md5(g::text), 64), 'hex'), '' FROM generate_series(1, 50000) AS g,
 	LATERAL (SELECT CASE WHEN g % 100 = 0 THEN now() - g * interval '1 ms' ELSE now() + g * interval '1 min' END AS d) AS due`)
 	require.NoError(t, err)
@@ -37,18 +30,7 @@ func TestReleaseClaimsOfReadsAnIndex(t *testing.T) {
 
 	st := sqlstore.StatementsOf(store.core).ReleaseClaimsOf
 	for _, instance := range []string{"a", "b"} {
-		// EXPLAIN alone: the plan, without running the UPDATE.
-		rows, err := db.QueryContext(ctx, `EXPLAIN `+st.SQL, st.Args(sqlstore.InstanceParams{Instance: instance})...)
-		require.NoError(t, err)
-		var plan []string
-		for rows.Next() {
-			var line string
-			require.NoError(t, rows.Scan(&line))
-			plan = append(plan, line)
-		}
-		require.NoError(t, rows.Err())
-		require.NoError(t, rows.Close())
-		text := strings.Join(plan, "\n")
+		text := planText(t, db, st.SQL, st.Args(sqlstore.InstanceParams{Instance: instance})...)
 		require.NotContains(t, text, "Seq Scan", "ReleaseClaimsOf(%q) reads the table:\n%s", instance, text)
 		require.Contains(t, text, `"orders.timeouts_claimed_by"`, "ReleaseClaimsOf(%q) does not read the claimed_by index:\n%s", instance, text)
 	}
@@ -67,7 +49,7 @@ func TestReleaseClaimsOfReadsAnIndex(t *testing.T) {
 	// A table the previous release made has no such index: SetupInfrastructure adds it.
 	_, err = db.ExecContext(ctx, `DROP INDEX `+store.q.claimedByIndex)
 	require.NoError(t, err)
-	upgraded, err := Open(ctx, Config{DSN: dsn, Schema: schema, Endpoint: "orders"})
+	upgraded, err := Open(ctx, config)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, upgraded.Close()) })
 	require.NoError(t, upgraded.SetupInfrastructure(ctx))

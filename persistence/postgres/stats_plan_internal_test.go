@@ -7,9 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/timeoutmill/timeoutmill/internal/sqlstore"
-	"github.com/timeoutmill/timeoutmill/internal/testenv"
 )
 
 // TestStatsPlanReadsIndexes: on a table of 1 KB rows whose statistics say that nearly every row
@@ -19,13 +16,8 @@ import (
 // counts and the dues are small and read whole.
 func TestStatsPlanReadsIndexes(t *testing.T) {
 	t.Parallel()
-	dsn, schema := testenv.PostgresSchema(t)
 	ctx := t.Context()
-	store, err := Open(ctx, Config{DSN: dsn, Schema: schema, Endpoint: "orders"})
-	require.NoError(t, err)
-	require.NoError(t, store.SetupInfrastructure(ctx))
-	t.Cleanup(func() { require.NoError(t, store.Close()) })
-	db := sqlstore.DB(store.core)
+	store, db, _ := openOrders(t)
 	for _, stmt := range []string{
 		`INSERT INTO ` + store.q.table + ` (id, destination, due, available_at, payload, metadata)
 	SELECT 't' || g, 'd', d, d, decode(repeat(md5(g::text), 64), 'hex'), '' FROM generate_series(1, 50000) AS g,
@@ -35,7 +27,7 @@ func TestStatsPlanReadsIndexes(t *testing.T) {
 		_, err := db.ExecContext(ctx, stmt)
 		require.NoError(t, err)
 	}
-	_, err = store.ClaimDue(ctx, time.Now(), 100, time.Hour)
+	_, err := store.ClaimDue(ctx, time.Now(), 100, time.Hour)
 	require.NoError(t, err)
 
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
@@ -44,16 +36,7 @@ func TestStatsPlanReadsIndexes(t *testing.T) {
 	_, err = tx.ExecContext(ctx, indexesOnly)
 	require.NoError(t, err)
 	now := time.Now()
-	rows, err := tx.QueryContext(ctx, `EXPLAIN `+store.q.counts.stats, now, now.UTC().Truncate(time.Minute))
-	require.NoError(t, err)
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var line string
-		require.NoError(t, rows.Scan(&line))
-		plan = append(plan, line)
-	}
-	require.NoError(t, rows.Err())
+	plan := explain(t, tx, store.q.counts.stats, now, now.UTC().Truncate(time.Minute))
 	text := strings.Join(plan, "\n")
 	for _, line := range plan {
 		if strings.Contains(line, "Seq Scan") || strings.Contains(line, "Bitmap") {
