@@ -17,6 +17,13 @@ import (
 func listPlan(t *testing.T, s *Store, opts persistence.ListOptions) string {
 	t.Helper()
 	query, args := sqlstore.ListStatement(s.core, opts)
+	return queryPlan(t, s, query, args...)
+}
+
+// queryPlan is SQLite's query plan of query with args, read on the store's readers, one line per
+// step.
+func queryPlan(t *testing.T, s *Store, query string, args ...any) string {
+	t.Helper()
 	rows, err := s.reader.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
 	require.NoError(t, err)
 	defer rows.Close()

@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -36,18 +35,7 @@ func TestReleaseClaimsOfReadsAnIndex(t *testing.T) {
 
 	plan := func() string {
 		st := sqlstore.StatementsOf(store.core).ReleaseClaimsOf
-		rows, err := sqlstore.DB(store.core).QueryContext(ctx, `EXPLAIN QUERY PLAN `+st.SQL, st.Args(sqlstore.InstanceParams{Instance: "a"})...)
-		require.NoError(t, err)
-		defer rows.Close()
-		var lines []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
-			lines = append(lines, detail)
-		}
-		require.NoError(t, rows.Err())
-		return strings.Join(lines, "\n")
+		return queryPlan(t, store, st.SQL, st.Args(sqlstore.InstanceParams{Instance: "a"})...)
 	}
 	text := plan()
 	require.Contains(t, text, `USING INDEX orders.timeouts_claimed_by `, "ReleaseClaimsOf does not search the claimed_by index:\n%s", text)
