@@ -25,9 +25,10 @@ func Systems(plan Plan) []System {
 		nativeRabbitMQ(),
 		nativePlain(),
 	)
-	// The stream brokers, JetStream's own schedules beside the emulated NATS row, then the peer,
-	// last.
+	// The stream brokers and their one-hop yardsticks, JetStream's own schedules beside the
+	// emulated NATS row, then the peer, last.
 	systems = append(systems, streamSystems()...)
+	systems = append(systems, streamTimerHops()...)
 	systems = append(systems, natsScheduleSystems()...)
 	systems = append(systems, natsHybrid())
 	return append(systems, watermillPeer())

@@ -17,11 +17,13 @@ import (
 
 // The one-hop yardsticks: a message held by a timer in this process and published to its
 // destination when due, through one hop of the broker. It is the floor of any delay mechanism
-// that delivers through that broker: no store, no claim, no second hop. The emulated rows' precision
-// reads against it.
+// that delivers through that broker: no store, no claim, no second hop. Each broker row's
+// precision reads against its own.
 const (
 	timerHopRabbitMQ = "yardstick: RabbitMQ, one hop from an in-process timer"
 	timerHopSQL      = "yardstick: SQL transport, one hop from an in-process timer"
+	timerHopRedis    = "yardstick: Redis Streams, one hop from an in-process timer"
+	timerHopNATS     = "yardstick: NATS JetStream, one hop from an in-process timer"
 )
 
 // timerHopSystems are the one-hop yardsticks, run through the precision workload only.
@@ -68,6 +70,41 @@ func timerHopSystems() []System {
 				}
 				return timerHopRig(pub, arrivals, closers, fmt.Sprintf("published when due into the destination's table; %d consumers woken by the publisher, as the SQL transport row's receiver", sqlReceiverConsumers)), nil
 			},
+		},
+	}
+}
+
+// streamTimerHops are the one-hop yardsticks of the stream brokers, run after their emulated
+// rows.
+func streamTimerHops() []System {
+	return []System{streamTimerHop(redisBroker(), timerHopRedis), streamTimerHop(natsBroker(), timerHopNATS)}
+}
+
+// streamTimerHop publishes each message when due through b's transport, to the receiver the
+// emulated row on b uses: the broker's subscriber with the service's consumers per queue.
+func streamTimerHop(b streamBroker, name string) System {
+	return System{
+		Name: name, Needs: []string{b.need}, Reference: true, Kinds: []Kind{KindPrecision},
+		Open: func(ctx context.Context, env Env, dest string) (*Rig, error) {
+			closers := cleanup{func() error { return b.forget(context.Background(), env, dest) }}
+			fail := func(err error) (*Rig, error) { return nil, errors.Join(err, closers.run()) }
+			// Each open connects a publisher and a subscriber: the first's publisher publishes, the
+			// second's subscriber receives, as in the emulated row.
+			pub, unusedSub, _, err := b.open(ctx, env)
+			if err != nil {
+				return fail(err)
+			}
+			closers = append(closers, pub.Close, unusedSub.Close)
+			unusedPub, receiver, _, err := b.open(ctx, env)
+			if err != nil {
+				return fail(err)
+			}
+			closers = append(closers, unusedPub.Close, receiver.Close)
+			arrivals, err := receiver.Subscribe(ctx, dest)
+			if err != nil {
+				return fail(fmt.Errorf("subscribing to %s: %w", dest, err))
+			}
+			return timerHopRig(pub, arrivals, closers, fmt.Sprintf("published when due, each publish waiting for the broker's reply; the emulated row's receiver (%d consumers)", streamConsumers)), nil
 		},
 	}
 }
