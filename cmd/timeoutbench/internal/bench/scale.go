@@ -47,6 +47,8 @@ const (
 	// and the median round counts: shorter rounds, or fewer, differed widely between the two
 	// stores with no change in the code.
 	scaleRounds = 5
+	// scaleOrderedRounds more rounds, of the same size, store messages with time-ordered ids.
+	scaleOrderedRounds = 3
 )
 
 // runScale measures the PostgreSQL store and the timeoutmill service with an empty store and with
@@ -133,21 +135,36 @@ func runScale(ctx context.Context, env Env, plan Plan) ([]Result, error) {
 		services = append(services, svc)
 	}
 	rates := make([][]float64, len(sides))
+	ordered := make([][]float64, len(sides))
+	wal := make([]walUse, len(sides))
 	// A store rate that cannot be measured (the service stopped on a critical error, say) leaves
 	// the rows with what was measured before it, and says why.
 	var rateErr error
+	// The rounds with random ids (as watermill.NewUUID makes them) come first and decide the
+	// target; then rounds with time-ordered ids (watermill.NewULID), which the docs recommend to
+	// senders of large stores: each new id lands beside the last in the primary key.
 rounds:
-	for round := range scaleRounds {
+	for round := range scaleRounds + scaleOrderedRounds {
+		random := round < scaleRounds
+		newID := watermill.NewUUID
+		if !random {
+			newID = watermill.NewULID
+		}
 		// The side that goes first changes from round to round, so that neither is always the
 		// one measured on a broker and database warmed by the other.
 		for turn := range sides {
 			i := (turn + round) % len(sides)
-			rate, err := sides[i].storeRate(ctx, plan.ScaleStores/scaleRounds, services[i])
+			rate, used, err := sides[i].storeRate(ctx, plan.ScaleStores/scaleRounds, services[i], newID)
 			if err != nil {
 				rateErr = err
 				break rounds
 			}
-			rates[i] = append(rates[i], rate)
+			if random {
+				rates[i] = append(rates[i], rate)
+				wal[i] = wal[i].add(used)
+			} else {
+				ordered[i] = append(ordered[i], rate)
+			}
 		}
 	}
 	var results []Result
@@ -161,9 +178,10 @@ rounds:
 			pending = plan.ScalePending
 		}
 		if rateErr != nil {
-			rates[i] = nil
+			rates[i], ordered[i] = nil, nil
 		}
 		r := scaleResult(plan, pending, claims[i], polls[i], rates[i], steering[i], hwm, rss)
+		walNote(&r, wal[i], ordered[i])
 		statsNote(&r, stats[i])
 		overviewNote(&r, overviews[i])
 		if rateErr != nil {
@@ -477,41 +495,91 @@ func timeIdlePolls(ctx context.Context, stores []persistence.Store, claims [][]t
 	return polls, nil
 }
 
-// storeRate publishes n delayed messages to svc and returns how many a second it stored.
-func (s *scale) storeRate(ctx context.Context, n int, svc *service) (float64, error) {
+// storeRate publishes n delayed messages, with ids from newID, to svc and returns how many a
+// second it stored and the WAL the database wrote meanwhile.
+func (s *scale) storeRate(ctx context.Context, n int, svc *service, newID func() string) (float64, walUse, error) {
 	due := time.Now().Add(90 * 24 * time.Hour)
 	var before int
 	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM `+s.table+` WHERE available_at >= $1`, due.Add(-time.Hour)).Scan(&before); err != nil {
-		return 0, fmt.Errorf("counting stored timeouts: %w", err)
+		return 0, walUse{}, fmt.Errorf("counting stored timeouts: %w", err)
 	}
 	msgs := make([]*message.Message, n)
 	for i := range msgs {
-		msgs[i] = message.NewMessage(watermill.NewUUID(), scalePayload())
+		msgs[i] = message.NewMessage(newID(), scalePayload())
 		timeouts.DeliverAt(msgs[i], due)
+	}
+	walBefore, err := s.walNow(ctx)
+	if err != nil {
+		return 0, walUse{}, err
 	}
 	start := time.Now()
 	if _, err := publishChunks(msgs, 8, 100, func(ms []*message.Message) error {
 		return s.delayed.Publish("timeoutbench_nowhere", ms...)
 	}); err != nil {
-		return 0, fmt.Errorf("publishing: %w", err)
+		return 0, walUse{}, fmt.Errorf("publishing: %w", err)
 	}
 	deadline := start.Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
 		var stored int
 		if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM `+s.table+` WHERE available_at >= $1`, due.Add(-time.Hour)).Scan(&stored); err != nil {
-			return 0, fmt.Errorf("counting stored timeouts: %w", err)
+			return 0, walUse{}, fmt.Errorf("counting stored timeouts: %w", err)
 		}
 		if stored >= before+n {
-			return float64(n) / time.Since(start).Seconds(), nil
+			rate := float64(n) / time.Since(start).Seconds()
+			walAfter, err := s.walNow(ctx)
+			if err != nil {
+				return 0, walUse{}, err
+			}
+			return rate, walUse{stored: n, bytes: walAfter.bytes - walBefore.bytes, fullPages: walAfter.fullPages - walBefore.fullPages}, nil
 		}
 		select {
 		case err := <-svc.done:
 			svc.done <- err // for stop
-			return 0, fmt.Errorf("the service exited (%v) after storing %d of %d: %s", err, stored-before, n, lastLine(svc.log))
+			return 0, walUse{}, fmt.Errorf("the service exited (%v) after storing %d of %d: %s", err, stored-before, n, lastLine(svc.log))
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return 0, fmt.Errorf("the service stored fewer than %d in 5 minutes", n)
+	return 0, walUse{}, fmt.Errorf("the service stored fewer than %d in 5 minutes", n)
+}
+
+// walUse is the WAL a database wrote while timeouts were stored: its bytes, and the full-page
+// images among them (a page's first change after a checkpoint logs the whole page).
+type walUse struct {
+	stored    int
+	bytes     int64
+	fullPages int64
+}
+
+func (w walUse) add(o walUse) walUse {
+	return walUse{stored: w.stored + o.stored, bytes: w.bytes + o.bytes, fullPages: w.fullPages + o.fullPages}
+}
+
+// walNow reads the database server's WAL counters (pg_stat_wal, PostgreSQL 14 and later). They
+// count the whole server, so the two stores, measured in turns, each see only their own rounds.
+func (s *scale) walNow(ctx context.Context) (walUse, error) {
+	var w walUse
+	if err := s.db.QueryRowContext(ctx, `SELECT wal_bytes::bigint, wal_fpi FROM pg_stat_wal`).Scan(&w.bytes, &w.fullPages); err != nil {
+		return walUse{}, fmt.Errorf("reading pg_stat_wal: %w", err)
+	}
+	return w, nil
+}
+
+// walNote adds to r the WAL per stored timeout of the rounds with random ids, and the store rate
+// of the rounds with time-ordered ids.
+func walNote(r *Result, w walUse, ordered []float64) {
+	if w.stored > 0 {
+		kib := float64(w.bytes) / 1024 / float64(w.stored)
+		fpi := float64(w.fullPages) / float64(w.stored)
+		r.Figures["wal_kib_per_stored"] = kib
+		r.Figures["full_pages_per_stored"] = fpi
+		r.Notes = append(r.Notes, fmt.Sprintf("WAL per stored timeout (random ids): %.1f KiB, %.2f full-page images", kib, fpi))
+	}
+	if len(ordered) > 0 {
+		slices.Sort(ordered)
+		r.Figures["store_ordered"] = ordered[len(ordered)/2]
+		r.Notes = append(r.Notes, fmt.Sprintf("store rate with time-ordered ids (watermill.NewULID): %s/s, median of %d rounds (%s–%s/s)",
+			rate(ordered[len(ordered)/2]), len(ordered), rate(ordered[0]), rate(ordered[len(ordered)-1])))
+	}
 }
 
 // service is a running timeoutmill process.
