@@ -30,7 +30,9 @@ type Plan struct {
 	MaxDelay          time.Duration
 
 	// Backlog messages due at one instant; BacklogSQL for the systems that move every message
-	// through SQL tables (the watermill-sql peer and the SQL transport).
+	// through SQL tables (the watermill-sql peer and the SQL transport). The modes give both the
+	// same count: the peer's first delivery waits for its once-a-second poll, and only a backlog
+	// that takes it seconds to drain makes that wait a small part of its drain.
 	Backlog    int
 	BacklogSQL int
 
@@ -75,7 +77,7 @@ func PlanFor(mode Mode) (Plan, error) {
 			MinDelay:          time.Second,
 			MaxDelay:          5 * time.Second,
 			Backlog:           20000,
-			BacklogSQL:        5000,
+			BacklogSQL:        20000,
 			CeilingMessages:   20000,
 			CommitTime:        3 * time.Second,
 			ScalePending:      1000000,
@@ -93,7 +95,7 @@ func PlanFor(mode Mode) (Plan, error) {
 			MinDelay:          time.Second,
 			MaxDelay:          2500 * time.Millisecond,
 			Backlog:           2000,
-			BacklogSQL:        500,
+			BacklogSQL:        2000,
 			CeilingMessages:   3000,
 			CommitTime:        time.Second,
 			Runs:              1,

@@ -152,18 +152,16 @@ func watermillPeer() System {
 			if err != nil {
 				return fail(fmt.Errorf("subscribing to %s: %w", dest, err))
 			}
-			table := quote(schema.name) + "." + quote("watermill_"+dest)
+			// No Pending: a message is in the table once Publish returns (one INSERT, committed).
+			// So each backlog's pilot is due at once and delivered, not left in the table: the
+			// peer reads its table in insertion order and steps over every row not yet due, so
+			// pilots held for an hour would slow each run more than the one before.
 			return &Rig{
 				Mark:     func(msg *message.Message, due time.Time) { delay.Message(msg, delay.Until(due)) },
 				Publish:  pub.Publish,
 				Arrivals: arrivals,
-				Pending: func(ctx context.Context) (int, error) {
-					var n int
-					err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+table).Scan(&n)
-					return n, err
-				},
-				Close: closers.run,
-				Notes: []string{"defaults: 1 s poll, due time in whole seconds (" + wire.HeaderWatermillDelayedUntil + ")"},
+				Close:    closers.run,
+				Notes:    []string{"defaults: 1 s poll, due time in whole seconds (" + wire.HeaderWatermillDelayedUntil + ")"},
 			}, nil
 		},
 	}
