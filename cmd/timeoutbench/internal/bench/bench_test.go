@@ -166,9 +166,12 @@ func TestPrecisionTargetsReadEachBrokerRowAgainstItsOwnYardstick(t *testing.T) {
 			}
 			met := check(12*time.Millisecond, true)
 			require.Equal(t, "yes", met.Met)
-			require.Contains(t, met.Measured, "p99 12.0 ms vs one hop from a timer p99 7.0 ms (p50 1.8 ms): bound 12.0 ms, +5.0 ms over the yardstick")
+			require.Contains(t, met.Measured, "p99 12.0 ms vs one hop from a timer p99 7.0 ms (p50 1.8 ms): bound 12.0 ms; 5.0 ms above the yardstick's p99")
 			notMet := check(12*time.Millisecond+100*time.Microsecond, true)
 			require.Equal(t, "no", notMet.Met)
+			below := check(6*time.Millisecond, true)
+			require.Equal(t, "yes", below.Met)
+			require.Contains(t, below.Measured, "1.0 ms below the yardstick's p99")
 			noYardstick := check(2*time.Millisecond, false)
 			require.Equal(t, "—", noYardstick.Met, "a row whose yardstick did not run is never met")
 			require.Contains(t, noYardstick.Measured, b.yardstick+" not measured in this run")

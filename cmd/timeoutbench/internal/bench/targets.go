@@ -117,9 +117,12 @@ func precisionTargets(f finder) []Target {
 		t.Measured = fmt.Sprintf("p99 %s ms; %s not measured in this run", millis(r.Lateness.P99), b.yardstick)
 		if floor, ok := f.get(b.yardstick, KindPrecision); ok && floor.Lateness != nil {
 			bound := floor.Lateness.P99 + brokerPrecisionMargin
-			t.Measured = fmt.Sprintf("p99 %s ms vs one hop from a timer p99 %s ms (p50 %s ms): bound %s ms, %+.1f ms over the yardstick",
-				millis(r.Lateness.P99), millis(floor.Lateness.P99), millis(floor.Lateness.P50), millis(bound),
-				float64(r.Lateness.P99-floor.Lateness.P99)/float64(time.Millisecond))
+			over, side := r.Lateness.P99-floor.Lateness.P99, "above"
+			if over < 0 {
+				over, side = -over, "below"
+			}
+			t.Measured = fmt.Sprintf("p99 %s ms vs one hop from a timer p99 %s ms (p50 %s ms): bound %s ms; %s ms %s the yardstick's p99",
+				millis(r.Lateness.P99), millis(floor.Lateness.P99), millis(floor.Lateness.P50), millis(bound), millis(over), side)
 			t.Met = verdict(r.Lateness.P99 <= bound)
 		}
 		out = append(out, t)
