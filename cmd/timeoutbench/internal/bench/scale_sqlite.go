@@ -562,6 +562,7 @@ func sqliteScaleTargets(results []Result) []Target {
 				rate(s0), rate(s1), count(int(large.Figures["pending"])), 100*(s1-s0)/s0,
 				kib(small.Figures["written_per_timeout_b"]), kib(large.Figures["written_per_timeout_b"]),
 				kib(small.Figures["read_per_timeout_b"]), kib(large.Figures["read_per_timeout_b"]))
+			storeT.Measured += orderedNote(small, large)
 			storeT.Met = verdict(s1 >= 0.75*s0)
 		}
 		p99, p99Empty := large.Figures["claim_p99_ms"], small.Figures["claim_p99_ms"]

@@ -45,3 +45,38 @@ func TestSQLiteScaleTargetsReadTheSQLiteRows(t *testing.T) {
 	require.Equal(t, "no", steer.Met, "get takes 2.5×")
 	require.Contains(t, steer.Measured, "get 0.050 vs 0.020")
 }
+
+// The store targets stay on random ids; the rates with time-ordered ids are shown beside them,
+// and only when both rows have them.
+func TestStoreTargetsShowTheOrderedIDsBesideTheRandomOnes(t *testing.T) {
+	t.Parallel()
+	rows := func(system string, ordered bool) []Result {
+		empty := map[string]float64{"pending": 0, "store": 1000}
+		full := map[string]float64{"pending": 1000000, "store": 500}
+		if ordered {
+			empty["store_ordered"], full["store_ordered"] = 2000, 2100
+		}
+		return []Result{
+			{System: system + ", 0 pending", Kind: KindScale, Figures: empty},
+			{System: system + ", 1,000,000 pending", Kind: KindScale, Figures: full},
+		}
+	}
+	for _, tc := range []struct{ system, goal string }{
+		{"SQLite store", "SQLite at 1 M pending: batch store rate within 25 % of the empty store's"},
+		{"PostgreSQL store", "PostgreSQL at 1,000,000 pending: store rate within 10 % of the empty store's"},
+	} {
+		find := func(results []Result) Target {
+			for _, tg := range Targets(results) {
+				if tg.Goal == tc.goal {
+					return tg
+				}
+			}
+			t.Fatalf("no target %q", tc.goal)
+			return Target{}
+		}
+		got := find(rows(tc.system, true))
+		require.Equal(t, "no", got.Met, "the ordered ids' rate must not decide the target")
+		require.Contains(t, got.Measured, "with time-ordered ids 2,000/s empty, 2,100/s pending (+5 %)")
+		require.NotContains(t, find(rows(tc.system, false)).Measured, "time-ordered")
+	}
+}
