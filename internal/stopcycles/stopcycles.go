@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,32 +78,46 @@ func (p *routerProcess) Stop() error {
 
 // Recorder is handed to Start: the process calls Delivered from its Destination handler and
 // ErrorQueue for each message on the error queue; OnCriticalError goes in the manager's Config.
+// Each process gets its own, so that every delivery is known by the process that made it.
 type Recorder struct {
+	process int
+	run     *record
+}
+
+// record is what the processes of a run saw.
+type record struct {
 	mu        sync.Mutex
-	delivered map[string][]time.Time
+	delivered map[string][]delivery
 	errored   []string
 	critical  []*timeouts.CriticalError
 }
 
+// delivery is one delivery of a timeout: when, and by the handler of which process.
+type delivery struct {
+	at      time.Time
+	process int
+}
+
 // Delivered records a message delivered to Destination.
 func (r *Recorder) Delivered(msg *message.Message) {
-	r.mu.Lock()
-	r.delivered[msg.UUID] = append(r.delivered[msg.UUID], time.Now())
-	r.mu.Unlock()
+	d := delivery{at: time.Now(), process: r.process}
+	r.run.mu.Lock()
+	r.run.delivered[msg.UUID] = append(r.run.delivered[msg.UUID], d)
+	r.run.mu.Unlock()
 }
 
 // ErrorQueue records a message that reached the error queue.
 func (r *Recorder) ErrorQueue(msg *message.Message) {
-	r.mu.Lock()
-	r.errored = append(r.errored, msg.UUID)
-	r.mu.Unlock()
+	r.run.mu.Lock()
+	r.run.errored = append(r.run.errored, msg.UUID)
+	r.run.mu.Unlock()
 }
 
 // OnCriticalError is the manager's Config.OnCriticalError.
 func (r *Recorder) OnCriticalError(_ context.Context, e *timeouts.CriticalError) {
-	r.mu.Lock()
-	r.critical = append(r.critical, e)
-	r.mu.Unlock()
+	r.run.mu.Lock()
+	r.run.critical = append(r.run.critical, e)
+	r.run.mu.Unlock()
 }
 
 // Configure sets what every manager of a run needs: the long ClaimLease (Lease), breakers short
@@ -150,8 +166,9 @@ type Result struct {
 }
 
 // Run runs the cycles and fails t on a lost, early or lease-delayed timeout, a critical error or
-// a message on the error queue. Duplicates are allowed only for timeouts due before a stop,
-// which may have been in flight at it.
+// a message on the error queue. A timeout may be delivered again only after a stop that may have
+// cut its forward short: by a later process, or by the same one once its stop has begun. One
+// process delivering it twice while it runs fails t (see twiceBeforeStop).
 func Run(t *testing.T, cfg Config) Result {
 	t.Helper()
 	if cfg.Cycles == 0 {
@@ -178,15 +195,17 @@ func Run(t *testing.T, cfg Config) Result {
 	if cfg.Quiet == 0 {
 		cfg.Quiet = 3 * time.Second
 	}
-	rec := &Recorder{delivered: map[string][]time.Time{}}
+	run := &record{delivered: map[string][]delivery{}}
 	due := map[string]time.Time{}
 	var starts, stops, stopped []time.Time
+	var lastStop time.Time // when the stop of the last process began
 
 	for cycle := 0; cycle <= cfg.Cycles; cycle++ {
 		starts = append(starts, time.Now())
-		p := cfg.Start(t, cycle, rec)
+		p := cfg.Start(t, cycle, &Recorder{process: cycle, run: run})
 		if cycle == cfg.Cycles {
-			waitForAll(t, rec, due, 2*time.Minute)
+			waitForAll(t, run, due, 2*time.Minute)
+			lastStop = time.Now()
 			require.NoError(t, p.Stop())
 			require.NoError(t, p.Err(), "the last process raised a critical error")
 			break
@@ -214,18 +233,23 @@ func Run(t *testing.T, cfg Config) Result {
 	}
 	time.Sleep(time.Until(stops[len(stops)-1].Add(cfg.Quiet)))
 
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	require.Empty(t, rec.critical, "critical errors raised by stopped managers")
-	require.Empty(t, rec.errored, "messages sent to the error queue by a stop")
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	require.Empty(t, run.critical, "critical errors raised by stopped managers")
+	require.Empty(t, run.errored, "messages sent to the error queue by a stop")
+	began := append(slices.Clone(stops), lastStop) // began[p]: when the stop of process p began
 
 	res := Result{Scheduled: len(due)}
 	var late []string
 	for id, at := range due {
-		got := rec.delivered[id]
-		require.NotEmpty(t, got, "timeout %s (due %s) lost", id, at.Format(time.RFC3339Nano))
+		deliveries := run.delivered[id]
+		require.NotEmpty(t, deliveries, "timeout %s (due %s) lost", id, at.Format(time.RFC3339Nano))
 		res.Delivered++
-		sort.Slice(got, func(i, j int) bool { return got[i].Before(got[j]) })
+		sort.Slice(deliveries, func(i, j int) bool { return deliveries[i].at.Before(deliveries[j].at) })
+		got := make([]time.Time, len(deliveries))
+		for i, d := range deliveries {
+			got[i] = d.at
+		}
 		require.False(t, got[0].Before(at), "timeout %s delivered %s early", id, at.Sub(got[0]))
 		// It may wait for the next start, if it fell due while no process ran, but no longer.
 		ready := at
@@ -239,9 +263,12 @@ func Run(t *testing.T, cfg Config) Result {
 			late = append(late, fmt.Sprintf("%s %s after it could be delivered", id, got[0].Sub(ready)))
 		}
 		if len(got) > 1 {
-			// Only a forward in flight at a stop may be delivered again after it.
 			res.Duplicates += len(got) - 1
-			require.True(t, stopBetween(stops, stopped, got[0], got[len(got)-1]), "timeout %s delivered twice with no stop between: %v", id, got)
+			if p := twiceBeforeStop(deliveries, began); p >= 0 {
+				require.Failf(t, "a timeout delivered twice with no stop between",
+					"timeout %s (due %s) delivered twice by process %d before its stop began: %s; %s",
+					id, since(starts[0], at), p, describe(starts[0], deliveries), timeline(starts, began, stopped))
+			}
 		}
 	}
 	require.Empty(t, late, "timeouts that waited beyond a restart (the first 10)")
@@ -250,29 +277,66 @@ func Run(t *testing.T, cfg Config) Result {
 	return res
 }
 
-// stopBetween reports whether a stop, from its beginning to its end, overlaps first..last.
-func stopBetween(stops, stopped []time.Time, first, last time.Time) bool {
-	for i := range stops {
-		if !stopped[i].Before(first) && !stops[i].After(last) {
-			return true
+// twiceBeforeStop returns a process that delivered a timeout more than once before its stop
+// began (began[p] is when the stop of process p began), or -1 if none did. Only a forward in flight
+// at a stop may be delivered again: by a later process, after the stop gave the timeout back, or
+// by the same process while it stops.
+//
+// Each delivery counts for the process whose handler made it, not for the one running when it was
+// recorded. A stopped process may still record one after the next has started: Watermill's router
+// starts a handler for a message its subscription handed over just as Close waited for the
+// running handlers, and Close returns without waiting for that handler. Its forward was cut short
+// by the stop, so the timeout was given back, and the next process delivers it too, maybe first.
+func twiceBeforeStop(deliveries []delivery, began []time.Time) int {
+	running := map[int]int{} // deliveries made by each process before its stop began
+	for _, d := range deliveries {
+		if d.at.Before(began[d.process]) {
+			running[d.process]++
+			if running[d.process] > 1 {
+				return d.process
+			}
 		}
 	}
-	return false
+	return -1
+}
+
+// since is t as an offset from the run's first start, for failure messages.
+func since(start, t time.Time) string { return "+" + t.Sub(start).Round(time.Microsecond).String() }
+
+// describe lists deliveries: when, as offsets from the run's first start, and by which process.
+func describe(start time.Time, deliveries []delivery) string {
+	out := make([]string, len(deliveries))
+	for i, d := range deliveries {
+		out[i] = fmt.Sprintf("%s by process %d", since(start, d.at), d.process)
+	}
+	return strings.Join(out, ", ")
+}
+
+// timeline is each process's start and stop, as offsets from the run's first start. began holds
+// one more stop than stopped: the last process's, which ends the run.
+func timeline(starts, began, stopped []time.Time) string {
+	var b strings.Builder
+	for i := range stopped {
+		fmt.Fprintf(&b, "process %d: started %s, stop %s..%s; ", i, since(starts[0], starts[i]), since(starts[0], began[i]), since(starts[0], stopped[i]))
+	}
+	last := len(stopped)
+	fmt.Fprintf(&b, "process %d: started %s, stop %s", last, since(starts[0], starts[last]), since(starts[0], began[last]))
+	return b.String()
 }
 
 // waitForAll waits until every scheduled timeout was delivered at least once, or within passes.
-func waitForAll(t *testing.T, rec *Recorder, due map[string]time.Time, within time.Duration) {
+func waitForAll(t *testing.T, run *record, due map[string]time.Time, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
-		rec.mu.Lock()
+		run.mu.Lock()
 		missing := 0
 		for id := range due {
-			if len(rec.delivered[id]) == 0 {
+			if len(run.delivered[id]) == 0 {
 				missing++
 			}
 		}
-		rec.mu.Unlock()
+		run.mu.Unlock()
 		if missing == 0 {
 			return
 		}
