@@ -38,7 +38,7 @@ up: ## Install and start the test servers on loopback (idempotent)
 down: ## Stop the test servers
 	$(SERVICES) down
 
-bench: ## Measure delayed delivery beside the peers, one table (BENCH=quick: < 2 min; full: about 15 min)
+bench: ## Measure delayed delivery beside the peers, one table (BENCH=quick: < 2 min; full: about 25 min)
 	$(GO) run ./cmd/timeoutbench -mode $(BENCH)
 
 screenshot: ## Render the dashboard in headless Chromium to docs/dashboard.png (installs chromium as root)

@@ -3,7 +3,7 @@
 // rate, lateness p50/p99/max, and how many arrived early, were lost or were duplicated; then the
 // issue's targets, met or not. The table is also written as Markdown to a file it names.
 //
-//	make bench               # full run, about 15 minutes on 2 cores
+//	make bench               # full run, about 25 minutes on 2 cores
 //	BENCH=quick make bench   # every scenario with small counts, under 2 minutes
 //	go run ./cmd/timeoutbench -mode quick -run 'GoChannel'
 //
@@ -70,7 +70,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("timeoutbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.mode, "mode", string(bench.Full), "full (about 15 min) or quick (under 2 min, no scale scenario)")
+	fs.StringVar(&o.mode, "mode", string(bench.Full), "full (about 25 min) or quick (under 2 min, no scale scenario)")
 	fs.StringVar(&o.out, "out", "", "Markdown file to write the results to (default: timeoutbench-<mode>-<time>.md in the temporary directory)")
 	fs.StringVar(&o.only, "run", "", "run only the scenarios whose name matches this regular expression")
 	fs.StringVar(&o.script, "services", "scripts/services.sh", `script that starts the servers; "" to use TIMEOUTMILL_TEST_AMQP_URL and TIMEOUTMILL_TEST_POSTGRES_DSN as set`)
