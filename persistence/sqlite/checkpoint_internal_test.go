@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -51,4 +52,44 @@ func TestCheckpointerCopiesTheWAL(t *testing.T) {
 	wal, err := os.Stat(path + "-wal")
 	require.NoError(t, err)
 	require.Less(t, wal.Size(), int64(total), "the WAL started over")
+}
+
+// TestCloseLeavesTheFileClosed checks that Close closes every descriptor of the database file,
+// the one the checkpointer syncs through included, and that a store opened again on the file
+// finds what the first one stored.
+func TestCloseLeavesTheFileClosed(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("counts the process's descriptors in /proc/self/fd, which only Linux has")
+	}
+	path := filepath.Join(t.TempDir(), "timeouts.db")
+	s, err := Open(t.Context(), Config{Path: path, Endpoint: "orders"})
+	require.NoError(t, err)
+	require.NotZero(t, descriptorsOf(t, path), "the store has the file open")
+	due := time.Now().Add(time.Hour)
+	_, err = s.Store(t.Context(), persistence.Timeout{ID: "t-1", Destination: "orders", Due: due, Payload: []byte("x")})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.Zero(t, descriptorsOf(t, path), "Close left the file open")
+
+	s, err = Open(t.Context(), Config{Path: path, Endpoint: "orders"})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	got, err := s.Peek(t.Context(), "t-1")
+	require.NoError(t, err)
+	require.Equal(t, "orders", got.Destination)
+}
+
+// descriptorsOf counts this process's open descriptors of the file at path.
+func descriptorsOf(t *testing.T, path string) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	n := 0
+	for _, e := range entries {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err == nil && target == path {
+			n++
+		}
+	}
+	return n
 }

@@ -27,10 +27,12 @@
 // connection of its own, every 100 ms, with SQLite's automatic checkpoint off on the writer: no
 // Store or ClaimDue waits for the copy and its fsyncs, which SQLite would otherwise run inside the
 // commit that takes the WAL past 1000 pages. These checkpoints are PASSIVE: they take no lock the
-// writer or the readers wait for. Under a steady stream of commits such a checkpoint never
-// catches up with the last one, so once the WAL holds 4096 pages the writer copies the few pages
-// committed since, between two of its transactions, and the WAL starts over; a WAL that starts
-// over is truncated to 64 MiB. New leaves checkpoints to the caller's pool, as SQLite makes them.
+// writer or the readers wait for, and the store syncs the database file after each. Under a
+// steady stream of commits such a checkpoint never catches up with the last one, so once the WAL
+// holds 16384 pages (64 MiB with 4 KiB pages) the writer copies the pages committed since,
+// between two of its transactions, and the WAL starts over (a burst of writes to a large file
+// can take it a few times past that first, while a checkpoint copies); a WAL that starts over is
+// truncated to 64 MiB. New leaves checkpoints to the caller's pool, as SQLite makes them.
 //
 // ScheduleTx schedules a timeout inside a transaction of the caller's on the same file, so that
 // it exists if and only if that transaction commits. Begin it on a *sql.DB of your own, the one

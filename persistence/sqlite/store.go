@@ -81,6 +81,9 @@ func newStore(w *writer, reader *sql.DB, pools []*sql.DB, table string) (*Store,
 			for _, db := range pools {
 				err = errors.Join(err, db.Close())
 			}
+			if s.checkpointer != nil {
+				err = errors.Join(err, s.checkpointer.closeFile())
+			}
 			return err
 		},
 	})
@@ -159,7 +162,10 @@ func Open(ctx context.Context, config Config) (*Store, error) {
 		_ = s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", config.Path, err)
 	}
-	s.checkpointer = newCheckpointer(checkpoints, w)
+	if s.checkpointer, err = newCheckpointer(checkpoints, w, config.Path); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", config.Path, err)
+	}
 	return s, nil
 }
 
