@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -49,6 +50,9 @@ const (
 	// command line, to drain under other settings than the service's defaults: a shorter
 	// --call-timeout makes a loaded machine's overload come sooner, say.
 	scaleOutArgsEnv = "TIMEOUTBENCH_SCALE_OUT_ARGS"
+	// scaleOutCountsEnv names the environment variable that replaces the plan's numbers of
+	// instances, separated by commas ("1,4"), to compare two counts in less time.
+	scaleOutCountsEnv = "TIMEOUTBENCH_SCALE_OUT_INSTANCES"
 )
 
 // runScaleOut drains a backlog of Plan.ScaleOutBacklog timeouts, all due at one instant, with each
@@ -73,7 +77,10 @@ func runScaleOut(ctx context.Context, env Env, plan Plan) ([]Result, error) {
 	if err := s.pub.DeclareQueues(ctx, dest); err != nil {
 		return nil, err
 	}
-	counts := plan.ScaleOutInstances
+	counts, err := scaleOutCounts(plan.ScaleOutInstances)
+	if err != nil {
+		return nil, err
+	}
 	runs := make([][]Result, len(counts))
 	for round := range plan.runs() {
 		for turn := range counts {
@@ -82,6 +89,10 @@ func runScaleOut(ctx context.Context, env Env, plan Plan) ([]Result, error) {
 			r, err := s.drainWith(ctx, dest, counts[k], plan.ScaleOutBacklog)
 			if err != nil {
 				r = Result{System: scaleOutSystem(counts[k]), Kind: KindScaleOut, NotRun: "failed: " + err.Error()}
+			} else {
+				// Each run's costs, not only the median's: the notes after the four that describe
+				// the run's set-up and split.
+				progress(env, "        drained at %s/s; %s", count(int(r.DrainRate)), strings.Join(r.Notes[min(4, len(r.Notes)):], "; "))
 			}
 			runs[k] = append(runs[k], r)
 			if ctx.Err() != nil {
@@ -149,11 +160,25 @@ func (s *scale) drainWith(ctx context.Context, dest string, n, size int) (Result
 
 	watch, stopWatching := context.WithCancel(ctx)
 	defer stopWatching()
+	exited := anyExited(watch, instances)
+	// The CPU and the database's counts are read from just before the claims start (the poller
+	// claims and announces a few tens of milliseconds ahead) to the last arrival.
+	cpu := newCPUWatch(s.env)
+	select {
+	case <-time.After(time.Until(due.Add(-cpuLead))):
+	case <-ctx.Done():
+		return r, ctx.Err()
+	}
+	cpuFrom := cpu.sample(instances)
+	pgFrom, pgErr := readPGActivity(ctx, s.db, s.table)
+	var cpuTo cpuSample
 	select {
 	case <-got.all:
+		cpuTo = cpu.sample(instances)
 		time.Sleep(linger)
 	case <-time.After(time.Until(due) + scaleOutTimeout):
-	case in := <-anyExited(watch, instances):
+		cpuTo = cpu.sample(instances)
+	case in := <-exited:
 		// A critical error (the store or the broker failing for --outage-wait) stops an
 		// instance: the drain is not what the row would measure.
 		err := in.exit()
@@ -165,6 +190,7 @@ func (s *scale) drainWith(ctx context.Context, dest string, n, size int) (Result
 		return r, ctx.Err()
 	}
 	tl := got.tally()
+	var batches [len(batchMetrics)]batchSizes
 	split := make([]string, n)
 	total, failures, republished := 0, 0, 0
 	for i, in := range instances {
@@ -184,6 +210,11 @@ func (s *scale) drainWith(ctx context.Context, dest string, n, size int) (Result
 		failures += f
 		republished += a
 		split[i] = count(v)
+		for j, name := range batchMetrics {
+			if batches[j], err = in.addBatches(batches[j], name); err != nil {
+				return r, err
+			}
+		}
 	}
 	var stopErrs []error
 	for _, in := range instances {
@@ -194,10 +225,12 @@ func (s *scale) drainWith(ctx context.Context, dest string, n, size int) (Result
 	if err := errors.Join(stopErrs...); err != nil {
 		return r, err
 	}
-	var cpu time.Duration
+	var cpuAll time.Duration
 	for _, in := range instances0 {
-		cpu += in.cpu()
+		cpuAll += in.cpu()
 	}
+	pgTo, err := readPGActivity(ctx, s.db, s.table)
+	pgErr = errors.Join(pgErr, err)
 	var logged []string
 	for _, in := range instances0 {
 		if line, n := firstError(in.log); n > 0 {
@@ -215,10 +248,18 @@ func (s *scale) drainWith(ctx context.Context, dest string, n, size int) (Result
 		fmt.Sprintf("forwarded per instance (%s): %s = %s; %s: %d; %s: %d", dispatchedMetric, strings.Join(split, " + "), count(total),
 			failuresMetric, failures, republishedMetric, republished),
 		fmt.Sprintf("CPU of the instances, user + system, start to stop: %s (%s per 1,000 forwarded)",
-			cpu.Round(10*time.Millisecond), perThousand(cpu, total)),
+			cpuAll.Round(10*time.Millisecond), perThousand(cpuAll, total)),
 		fmt.Sprintf("backlog filled by SQL in %s before the instances started, due %s after; service defaults%s, --log-level error",
 			filled.Round(100*time.Millisecond), scaleOutLead, extraArgs()),
 		fmt.Sprintf("%d-byte payloads; duplicates counted by message id at the application's consumer", DefaultPayload))
+	line, figures := cpu.report(cpuFrom, cpuTo, tl.unique)
+	maps.Copy(r.Figures, figures)
+	r.Notes = append(r.Notes, line, batchesNote(batches, r.Figures))
+	if pgErr != nil {
+		r.Notes = append(r.Notes, "PostgreSQL's counts not read: "+pgErr.Error())
+	} else {
+		r.Notes = append(r.Notes, pgNote(pgFrom, pgTo, tl.unique, r.Figures))
+	}
 	if len(logged) > 0 {
 		r.Notes = append(r.Notes, "errors logged: "+strings.Join(logged, "; "))
 	}
@@ -441,6 +482,13 @@ func (in *instance) ready(ctx context.Context, within time.Duration) error {
 // counter reads the sum of a counter's series from the instance's metrics; 0 when it has none
 // (a counter with labels shows no series before its first count).
 func (in *instance) counter(name string) (int, error) {
+	v, err := in.metric(name, "")
+	return int(v), err
+}
+
+// metric reads the sum of the series of a metric whose labels include label (any series when
+// label is ""); 0 when it has none.
+func (in *instance) metric(name, label string) (float64, error) {
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(in.metrics + "/metrics")
 	if err != nil {
 		return 0, fmt.Errorf("reading the metrics of %s: %w", in.name, err)
@@ -451,7 +499,7 @@ func (in *instance) counter(name string) (int, error) {
 	var sum float64
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") || !strings.Contains(line, label) {
 			continue
 		}
 		fields := strings.Fields(line)
@@ -464,7 +512,24 @@ func (in *instance) counter(name string) (int, error) {
 	if err := sc.Err(); err != nil {
 		return 0, fmt.Errorf("reading the metrics of %s: %w", in.name, err)
 	}
-	return int(sum), nil
+	return sum, nil
+}
+
+// scaleOutCounts returns the numbers of instances from scaleOutCountsEnv, else planned.
+func scaleOutCounts(planned []int) ([]int, error) {
+	v := strings.TrimSpace(os.Getenv(scaleOutCountsEnv))
+	if v == "" {
+		return planned, nil
+	}
+	var counts []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s=%q: each number of instances must be a whole number of at least 1", scaleOutCountsEnv, v)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
 }
 
 // extraArgs describes the instances' arguments from scaleOutArgsEnv, if any.

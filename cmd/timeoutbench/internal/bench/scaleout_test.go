@@ -167,3 +167,21 @@ func TestLostItsPort(t *testing.T) {
 	require.False(t, instanceWith(taken, false).lostItsPort(), "still running")
 	require.False(t, instanceWith("timeoutmill: store: connection refused\n", true).lostItsPort())
 }
+
+// TestScaleOutCountsFromTheEnvironment: the numbers of instances are the plan's unless the
+// environment names others; a number that is not one is an error, not a skipped count.
+func TestScaleOutCountsFromTheEnvironment(t *testing.T) {
+	t.Setenv(scaleOutCountsEnv, "")
+	got, err := scaleOutCounts([]int{1, 2, 4})
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 2, 4}, got)
+	t.Setenv(scaleOutCountsEnv, " 1, 4 ")
+	got, err = scaleOutCounts([]int{1, 2, 4})
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 4}, got)
+	for _, bad := range []string{"1,,4", "0", "two", "1;4"} {
+		t.Setenv(scaleOutCountsEnv, bad)
+		_, err = scaleOutCounts([]int{1})
+		require.ErrorContains(t, err, scaleOutCountsEnv, bad)
+	}
+}
