@@ -145,6 +145,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		stop:       m.stop,
 		logger:     m.logger,
 		lead:       announceLead,
+		onClaimed:  m.metrics.onClaimed,
 	}
 	if m.stop.goChannel != nil {
 		m.poller.lead = 0
@@ -175,6 +176,7 @@ func NewManager(config Config, logger watermill.LoggerAdapter) (*Manager, error)
 		OnDispatched:       m.onDispatched,
 		OnParked:           m.onParked,
 		OnRepublishedAlone: m.metrics.onRepublishedAlone,
+		OnBatch:            m.metrics.onDispatchBatch,
 		Forwarder:          config.Forwarder,
 		Stopping:           m.stop.stopping,
 		Interrupted:        m.stop.interrupted,

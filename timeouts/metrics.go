@@ -25,6 +25,9 @@ type metrics struct {
 	// republishedAlone counts due messages published again one by one after their batch's
 	// publish was refused.
 	republishedAlone prometheus.Counter
+	// claimed is the size of each claim, empty ones included; dispatchBatch the size of each
+	// batch of due timeouts forwarded together.
+	claimed, dispatchBatch prometheus.Histogram
 	// clockOffset and clockError are the latest measurement of the store's clock (Manager.ClockOffset).
 	clockOffset, clockError prometheus.Gauge
 }
@@ -32,6 +35,9 @@ type metrics struct {
 // latenessBuckets span a millisecond to ten minutes: the pipeline's own precision up to a
 // poller held back by an outage.
 var latenessBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+// batchBuckets span an empty claim to the largest claim and dispatcher message (1,000 ids).
+var batchBuckets = []float64{0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000}
 
 func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.Store, now func() time.Time, breakers []*breaker.CircuitBreaker, breakerNames []string) (*metrics, error) {
 	labels := prometheus.Labels{"endpoint": endpoint}
@@ -59,6 +65,14 @@ func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.St
 			Name: "timeoutmill_dispatch_republished_alone_total", Help: "Due messages published again one by one after the publish of their batch was refused.",
 			ConstLabels: labels,
 		}),
+		claimed: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "timeoutmill_claim_batch_size", Help: "Due ids taken by each claim of the poller, empty claims included.",
+			ConstLabels: labels, Buckets: batchBuckets,
+		}),
+		dispatchBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "timeoutmill_dispatch_batch_size", Help: "Due timeouts forwarded together: one lookup, one publish per destination and one removal for each batch.",
+			ConstLabels: labels, Buckets: batchBuckets,
+		}),
 		clockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "timeoutmill_clock_offset_seconds", Help: "The store's clock minus this instance's, as last measured (0 with a store that has no clock of its own).",
 			ConstLabels: labels,
@@ -71,7 +85,8 @@ func newMetrics(reg prometheus.Registerer, endpoint string, store persistence.St
 	if reg == nil {
 		return m, nil
 	}
-	collectors := []prometheus.Collector{m.stored, m.dispatched, m.early, m.lateness, m.failures, m.parked, m.republishedAlone, m.clockOffset, m.clockError}
+	collectors := []prometheus.Collector{m.stored, m.dispatched, m.early, m.lateness, m.failures, m.parked, m.republishedAlone,
+		m.claimed, m.dispatchBatch, m.clockOffset, m.clockError}
 	for i, b := range breakers {
 		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "timeoutmill_circuit_breaker_armed", Help: "1 while a stage is failing and its breaker counts down to a critical error.",
@@ -111,6 +126,18 @@ func (m *metrics) onDispatched(t persistence.Timeout, at time.Time) {
 func (m *metrics) onRepublishedAlone(n int) {
 	if m != nil {
 		m.republishedAlone.Add(float64(n))
+	}
+}
+
+func (m *metrics) onClaimed(n int) {
+	if m != nil {
+		m.claimed.Observe(float64(n))
+	}
+}
+
+func (m *metrics) onDispatchBatch(n int) {
+	if m != nil {
+		m.dispatchBatch.Observe(float64(n))
 	}
 }
 

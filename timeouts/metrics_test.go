@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/timeoutmill/timeoutmill/persistence"
@@ -193,4 +194,67 @@ func TestStoreGaugesReuseASlowRead(t *testing.T) {
 		store.fail.Store(false)
 		require.Equal(t, 6.0, pending(), "read again at the next scrape after a failure")
 	})
+}
+
+// TestMetricsShowClaimAndDispatchBatchSizes: a backlog due at once is claimed in batches of
+// ClaimBatchSize, and the claims' and dispatch batches' histograms add up to it; a claim that
+// finds nothing due counts in the histogram's 0 bucket.
+func TestMetricsShowClaimAndDispatchBatchSizes(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewPedanticRegistry()
+		b := setup(t, memory.New(), func(c *timeouts.Config) {
+			c.MetricsRegisterer = reg
+			c.ClaimBatchSize = 10
+		})
+		delivered := subscribe(t, b.pubSub, "batched")
+		const backlog = 25
+		for range backlog {
+			msg := message.NewMessage(watermill.NewUUID(), nil)
+			timeouts.DeliverAfter(msg, time.Second)
+			require.NoError(t, b.manager.Publisher().Publish("batched", msg))
+		}
+		for range backlog {
+			await(t, delivered, 5*time.Second)
+		}
+		synctest.Wait() // the last batch is counted
+		claims := histogram(t, reg, "timeoutmill_claim_batch_size")
+		require.Equal(t, float64(backlog), claims.GetSampleSum(), "every id claimed once")
+		require.GreaterOrEqual(t, claims.GetSampleCount(), uint64(3), "at most 10 ids a claim")
+		require.Equal(t, uint64(2), bucket(claims, 10)-bucket(claims, 5), "two full claims of 10")
+		dispatches := histogram(t, reg, "timeoutmill_dispatch_batch_size")
+		require.Equal(t, float64(backlog), dispatches.GetSampleSum(), "every timeout forwarded once")
+		require.Positive(t, dispatches.GetSampleCount())
+
+		// Nothing more is due: the next look claims nothing, in the 0 bucket.
+		empty := bucket(claims, 0)
+		time.Sleep(2 * time.Minute) // fake time: past the poll interval
+		synctest.Wait()
+		require.Greater(t, bucket(histogram(t, reg, "timeoutmill_claim_batch_size"), 0), empty)
+	})
+}
+
+// histogram gathers the histogram name from reg.
+func histogram(t *testing.T, reg prometheus.Gatherer, name string) *dto.Histogram {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == name {
+			require.Len(t, f.GetMetric(), 1)
+			return f.GetMetric()[0].GetHistogram()
+		}
+	}
+	t.Fatalf("no histogram %s", name)
+	return nil
+}
+
+// bucket is the cumulative count of h's bucket with upper bound le.
+func bucket(h *dto.Histogram, le float64) uint64 {
+	for _, b := range h.GetBucket() {
+		if b.GetUpperBound() == le {
+			return b.GetCumulativeCount()
+		}
+	}
+	return 0
 }

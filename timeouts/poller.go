@@ -45,6 +45,8 @@ type poller struct {
 	// lead is how long before their due time claimed ids are announced: announceLead on a
 	// broker, 0 on an in-process GoChannel.
 	lead time.Duration
+	// onClaimed is told how many ids each claim took, none included. Optional (metrics use it).
+	onClaimed func(n int)
 
 	wakeCh chan struct{}
 	// slots holds a token per batch claimed and not yet announced. Claiming waits for a free one.
@@ -180,6 +182,9 @@ func (p *poller) poll(ctx context.Context, at time.Time) (next time.Time, idle, 
 		return time.Time{}, false, false
 	}
 	p.fetch.Success()
+	if p.onClaimed != nil {
+		p.onClaimed(len(ids))
+	}
 	if len(ids) == 0 {
 		<-p.slots
 	} else {

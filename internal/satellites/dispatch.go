@@ -58,6 +58,9 @@ type DispatchConfig struct {
 	// OnRepublishedAlone is told how many due messages are published again one by one after
 	// the publish of their batch was refused. Optional (metrics use it).
 	OnRepublishedAlone func(n int)
+	// OnBatch is told the size of each batch of due timeouts forwarded together, once they are
+	// looked up and before they are forwarded. Optional (metrics use it).
+	OnBatch func(n int)
 	// Stopping reports whether the endpoint's stop has begun. Optional. A forward that fails then
 	// is the stop's doing: it counts no attempt. It never sends the message to the error queue. It
 	// nacks the dispatcher message and leaves the timeout in the store.
@@ -302,6 +305,9 @@ func (d *Dispatch) dispatch(batch []*batcher.Request[due]) {
 	}
 	if len(found) == 0 {
 		return
+	}
+	if d.cfg.OnBatch != nil {
+		d.cfg.OnBatch(len(found))
 	}
 	// Once started, forwards run to their end, even while the router shuts down. Cut short after
 	// the broker took a message, it would be sent again.
