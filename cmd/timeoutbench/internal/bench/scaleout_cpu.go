@@ -70,16 +70,12 @@ func treeCPU(root int) (time.Duration, error) {
 		return 0, err
 	}
 	children := map[int][]int{}
-	dirs, err := os.ReadDir("/proc")
+	all, err := processes()
 	if err != nil {
 		return 0, err
 	}
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+	for _, pid := range all {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 		if err != nil {
 			continue // ended meanwhile
 		}
@@ -94,6 +90,21 @@ func treeCPU(root int) (time.Duration, error) {
 		queue = append(queue, children[queue[0]]...)
 	}
 	return total, nil
+}
+
+// processes lists the ids of the processes running on this machine.
+func processes() ([]int, error) {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, d := range dirs {
+		if pid, err := strconv.Atoi(d.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
 }
 
 // listener returns the pid of the process on this machine that listens on the TCP port of
@@ -122,21 +133,18 @@ func listener(rawURL string) (int, error) {
 	for _, ino := range inodes {
 		want["socket:["+ino+"]"] = true
 	}
-	dirs, err := os.ReadDir("/proc")
+	all, err := processes()
 	if err != nil {
 		return 0, err
 	}
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		fds, err := os.ReadDir(filepath.Join("/proc", d.Name(), "fd"))
+	for _, pid := range all {
+		dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
+		fds, err := os.ReadDir(dir)
 		if err != nil {
 			continue
 		}
 		for _, fd := range fds {
-			if link, err := os.Readlink(filepath.Join("/proc", d.Name(), "fd", fd.Name())); err == nil && want[link] {
+			if link, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && want[link] {
 				return pid, nil
 			}
 		}
